@@ -1,0 +1,45 @@
+"""Create the leases table and its fence sequence.
+
+Revision ID: 0001
+Revises:
+Create Date: 2026-11-29
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+from sql_lease.migrate import migration_names
+
+revision: str = "0001"
+down_revision: str | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    names = migration_names()
+    t = names.table
+    # CACHE 1: a per-session cache would hand out fences out of order across connections.
+    op.execute(sa.schema.CreateSequence(sa.Sequence(names.sequence, schema=names.schema, cache=1)))
+    op.create_table(
+        t,
+        sa.Column("key", sa.LargeBinary(), nullable=False, comment="UTF-8 bytes of the lease key"),
+        sa.Column("owner", sa.LargeBinary(), nullable=False, comment="UTF-8 bytes of the holder"),
+        sa.Column("fence", sa.BigInteger(), nullable=False, comment="fencing token"),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("key", name=f"{t}_pkey"),
+        sa.CheckConstraint("length(key) BETWEEN 1 AND 1024", name=f"{t}_key_len"),
+        sa.CheckConstraint("length(owner) BETWEEN 1 AND 1024", name=f"{t}_owner_len"),
+        schema=names.schema,
+        postgresql_with={"fillfactor": 70},
+        comment="sql_lease: one row per lease key",
+    )
+
+
+def downgrade() -> None:
+    names = migration_names()
+    op.drop_table(names.table, schema=names.schema)
+    op.execute(sa.schema.DropSequence(sa.Sequence(names.sequence, schema=names.schema)))

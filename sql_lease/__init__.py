@@ -1,0 +1,43 @@
+"""sql_lease: distributed leases on the PostgreSQL you already run.
+
+One owner per key across processes, with atomic acquire, owner-checked release and renew,
+gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contract.
+"""
+
+from ._contract import AcquireResult, Lease, LeaseProvider, is_lease_provider
+from ._memory import InMemoryLeaseProvider
+from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
+from ._sql import SqlLeaseProvider
+from .errors import (
+    LeaseConnectionError,
+    LeaseDatabaseError,
+    LeaseError,
+    LeaseSchemaError,
+    LeaseTimeoutError,
+    LeaseTypeError,
+    LeaseValueError,
+)
+from .schema import lease_table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NOOP_LEASE_PROVIDER",
+    "AcquireResult",
+    "InMemoryLeaseProvider",
+    "Lease",
+    "LeaseConnectionError",
+    "LeaseDatabaseError",
+    "LeaseError",
+    "LeaseProvider",
+    "LeaseSchemaError",
+    "LeaseTimeoutError",
+    "LeaseTypeError",
+    "LeaseValueError",
+    "NoopLeaseProvider",
+    "SqlLeaseProvider",
+    "__version__",
+    "is_lease_provider",
+    "lease_provider_or_noop",
+    "lease_table",
+]

@@ -1,0 +1,74 @@
+"""The `LeaseProvider` contract (Mastra's, in snake_case) and the values it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+__all__ = ["LEASE_METHODS", "AcquireResult", "Lease", "LeaseProvider", "is_lease_provider"]
+
+#: The five methods that make an object a lease provider (structural detection).
+LEASE_METHODS = (
+    "acquire_lease",
+    "get_lease_owner",
+    "release_lease",
+    "renew_lease",
+    "transfer_lease",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireResult:
+    """Outcome of `LeaseProvider.acquire_lease`.
+
+    ``owner`` is the holder after the call: the caller when ``acquired`` is True, otherwise the
+    live holder (never None while one exists). ``fence`` and ``expires_at`` describe that
+    holder's lease when the backend knows them (``expires_at`` is timezone-aware, database time).
+    """
+
+    acquired: bool
+    owner: str | None
+    fence: int | None = None
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A live lease as returned by ``get_lease``; times are timezone-aware database times."""
+
+    key: str
+    owner: str
+    fence: int
+    expires_at: datetime
+    acquired_at: datetime
+
+
+@runtime_checkable
+class LeaseProvider(Protocol):
+    """One owner per key, with atomic acquire, owner-checked release/renew and gap-free transfer."""
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        """Claim ``key`` for ``owner`` for ``ttl_ms``, or report the live holder."""
+        ...
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        """The live holder of ``key``, or None."""
+        ...
+
+    async def release_lease(self, key: str, owner: str) -> None:
+        """Remove the lease if ``owner`` holds it; otherwise do nothing."""
+        ...
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+        """Extend a live lease held by ``owner`` to now + ``ttl_ms``; False if it is lost."""
+        ...
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+        """Atomically hand a live lease from ``from_owner`` to ``to_owner`` (no gap)."""
+        ...
+
+
+def is_lease_provider(obj: object) -> bool:
+    """True when ``obj`` has all five lease methods and each is callable (structural check)."""
+    return all(callable(getattr(obj, name, None)) for name in LEASE_METHODS)

@@ -1,0 +1,100 @@
+"""The one place where driver and pool exceptions become `LeaseError` subclasses.
+
+Classification is by SQLSTATE where the server gave one, else by exception type. The original
+exception is always chained as ``__cause__``. Messages never include a password: they carry the
+operation, the redacted URL and the driver's own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from sqlalchemy import exc as sa_exc
+
+from .errors import (
+    LeaseConnectionError,
+    LeaseDatabaseError,
+    LeaseSchemaError,
+    LeaseTimeoutError,
+)
+
+__all__ = ["translate"]
+
+# SQLSTATEs whose statement certainly did not take effect: it was cancelled or never ran.
+_TIMEOUT_STATES = frozenset({"57014", "55P03"})  # query_canceled, lock_not_available
+_SCHEMA_STATES = frozenset({"42P01", "42703", "42704", "42883"})  # undefined table/column/object
+_CONNECTION_PREFIXES = ("08", "53", "57P", "28")  # connection, resources, shutdown, auth
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        state = getattr(cur, "sqlstate", None) or getattr(cur, "pgcode", None)
+        if isinstance(state, str):
+            return state
+        cur = getattr(cur, "orig", None) or cur.__cause__
+    return None
+
+
+def _driver_message(exc: BaseException) -> str:
+    inner: BaseException = exc
+    if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
+        inner = exc.orig.__cause__ or exc.orig
+    text = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+
+
+def translate(
+    exc: BaseException, *, operation: str, where: str, sent: bool, table: str
+) -> LeaseDatabaseError:
+    """Map ``exc`` raised while running ``operation`` to a typed error (caller chains it).
+
+    ``sent`` says whether the statement may have reached the server: then a broken connection
+    or a client-side timeout leaves the outcome unknown.
+    """
+    detail = _driver_message(exc)
+    state = _sqlstate(exc)
+    if state is not None:
+        if state in _TIMEOUT_STATES:
+            return LeaseTimeoutError(
+                f"{operation}: the database cancelled the statement ({detail})",
+                operation=operation,
+            )
+        if state in _SCHEMA_STATES:
+            return LeaseSchemaError(
+                f"{operation}: the leases table {table} or its fence sequence is missing or "
+                f"out of date in {where} ({detail}); run `sql-lease migrate` "
+                "(or `alembic upgrade head`) against this database",
+                operation=operation,
+            )
+        if state.startswith(_CONNECTION_PREFIXES):
+            return LeaseConnectionError(
+                f"{operation}: lost or refused connection to {where} ({detail})",
+                operation=operation,
+                outcome_unknown=sent,
+            )
+        return LeaseDatabaseError(
+            f"{operation}: database error in {where} ({detail})", operation=operation
+        )
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError | sa_exc.TimeoutError):
+        return LeaseTimeoutError(
+            f"{operation}: no answer from {where} within the timeout ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if isinstance(
+        exc, OSError | asyncpg.InterfaceError | sa_exc.InterfaceError | sa_exc.OperationalError
+    ):
+        return LeaseConnectionError(
+            f"{operation}: cannot reach {where} ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    return LeaseDatabaseError(
+        f"{operation}: database failure in {where} ({detail})",
+        operation=operation,
+        outcome_unknown=sent,
+    )

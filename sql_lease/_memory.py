@@ -1,0 +1,134 @@
+"""A single-process provider with the same semantics as the SQL one (SPEC §3)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ._contract import AcquireResult, Lease
+from ._validate import check_name, check_ttl
+
+__all__ = ["InMemoryLeaseProvider"]
+
+
+@dataclass(slots=True)
+class _Entry:
+    owner: str
+    fence: int
+    expires: float  # clock seconds
+    acquired: float
+
+
+class InMemoryLeaseProvider:
+    """Leases in a dict, judged by a monotonic clock; asyncio- and thread-safe.
+
+    ``clock`` returns seconds (default `time.monotonic`); tests can inject a fake one. Reported
+    datetimes map clock readings onto wall time as of construction. Fences come from one
+    counter per provider, so they strictly increase on every change of owner.
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._leases: dict[str, _Entry] = {}
+        self._fences = itertools.count(1)
+        self._lock = threading.Lock()
+        self._wall0 = datetime.now(UTC)
+        self._clock0 = clock()
+
+    def _wall(self, t: float) -> datetime:
+        return self._wall0 + timedelta(seconds=t - self._clock0)
+
+    def _live(self, key: str, now: float) -> _Entry | None:
+        entry = self._leases.get(key)
+        if entry is None:
+            return None
+        if entry.expires <= now:
+            del self._leases[key]
+            return None
+        return entry
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        check_name("key", key)
+        check_name("owner", owner)
+        check_ttl(ttl_ms)
+        with self._lock:
+            now = self._clock()
+            entry = self._live(key, now)
+            if entry is None:
+                entry = _Entry(owner, next(self._fences), now + ttl_ms / 1000, now)
+                self._leases[key] = entry
+            elif entry.owner == owner:
+                entry.expires = now + ttl_ms / 1000
+            else:
+                return AcquireResult(False, entry.owner, entry.fence, self._wall(entry.expires))
+            return AcquireResult(True, owner, entry.fence, self._wall(entry.expires))
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        check_name("key", key)
+        with self._lock:
+            entry = self._live(key, self._clock())
+            return None if entry is None else entry.owner
+
+    async def get_lease(self, key: str) -> Lease | None:
+        """The live lease of ``key`` with its fence and times, or None."""
+        check_name("key", key)
+        with self._lock:
+            entry = self._live(key, self._clock())
+            if entry is None:
+                return None
+            return Lease(
+                key, entry.owner, entry.fence, self._wall(entry.expires), self._wall(entry.acquired)
+            )
+
+    async def release_lease(self, key: str, owner: str) -> None:
+        check_name("key", key)
+        check_name("owner", owner)
+        with self._lock:
+            entry = self._leases.get(key)
+            if entry is not None and entry.owner == owner:
+                del self._leases[key]
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+        check_name("key", key)
+        check_name("owner", owner)
+        check_ttl(ttl_ms)
+        with self._lock:
+            now = self._clock()
+            entry = self._live(key, now)
+            if entry is None or entry.owner != owner:
+                return False
+            entry.expires = now + ttl_ms / 1000
+            return True
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+        check_name("key", key)
+        check_name("from_owner", from_owner)
+        check_name("to_owner", to_owner)
+        check_ttl(ttl_ms)
+        with self._lock:
+            now = self._clock()
+            entry = self._live(key, now)
+            if entry is None or entry.owner != from_owner:
+                return False
+            if to_owner != from_owner:
+                entry.owner = to_owner
+                entry.fence = next(self._fences)
+                entry.acquired = now
+            entry.expires = now + ttl_ms / 1000
+            return True
+
+    async def purge_expired(self) -> int:
+        """Drop expired entries; returns how many were dropped."""
+        with self._lock:
+            now = self._clock()
+            dead = [k for k, e in self._leases.items() if e.expires <= now]
+            for k in dead:
+                del self._leases[k]
+            return len(dead)
+
+    def __repr__(self) -> str:
+        return f"InMemoryLeaseProvider(leases={len(self._leases)})"

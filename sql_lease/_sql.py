@@ -1,0 +1,276 @@
+"""`SqlLeaseProvider`: leases in a PostgreSQL table, one autocommit statement per operation."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, Self, TypeVar
+
+import asyncpg
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
+
+from ._contract import AcquireResult, Lease
+from ._dberrors import translate
+from ._statements import Statements, build_statements
+from ._urls import normalize_url, redact
+from ._validate import check_identifier, check_name, check_ttl
+from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
+from .schema import DEFAULT_TABLE
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
+
+DEFAULT_TIMEOUT = 5.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+_MAX_CHECKOUTS = 64  # dead pooled connections skipped before giving up (bounded by timeout too)
+
+T = TypeVar("T")
+Body = Callable[[asyncpg.Connection], Awaitable[T]]
+
+
+def _check_seconds(what: str, value: object) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise LeaseTypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not (value > 0 and math.isfinite(value)):
+        raise LeaseValueError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+class SqlLeaseProvider:
+    """Leases stored in PostgreSQL through a SQLAlchemy `AsyncEngine` on asyncpg.
+
+    Every operation is one conditional statement in autocommit, judged by the database clock.
+    ``timeout`` (seconds) bounds each call end to end: pool checkout, connection and statement.
+    A provider built with `from_url` owns its engine and disposes of it in `aclose`; one given
+    an engine never disposes of it.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        table_name: str = DEFAULT_TABLE,
+        schema: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        check_identifier("table_name", table_name)
+        if schema is not None:
+            check_identifier("schema", schema)
+        self._timeout = _check_seconds("timeout", timeout)
+        if not isinstance(engine, AsyncEngine):
+            raise LeaseTypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
+        dialect = engine.dialect
+        if dialect.name != "postgresql" or dialect.driver != "asyncpg":
+            raise LeaseValueError(
+                f"SqlLeaseProvider needs a postgresql+asyncpg engine, not {dialect.name}+"
+                f"{dialect.driver}"
+            )
+        self._engine = engine
+        self._owns_engine = False
+        self._table_name = table_name
+        self._schema = schema
+        self._sql: Statements = build_statements(table_name, schema)
+        self._where = redact(engine.url)
+        self._pool = engine.sync_engine.pool
+        #: How often acquire ran its statement again because a concurrent writer committed
+        #: between its snapshot and its write (diagnostics; see `_statements`).
+        self.acquire_reruns = 0
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL,
+        *,
+        table_name: str = DEFAULT_TABLE,
+        schema: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        **engine_kwargs: Any,
+    ) -> SqlLeaseProvider:
+        """Create a provider that owns an engine for ``url``.
+
+        Accepts ``postgresql://``, ``postgres://`` and ``postgresql+asyncpg://`` URLs. Sets the
+        server-side ``statement_timeout`` and ``lock_timeout`` to ``timeout`` and the connect
+        timeout to ``connect_timeout``; ``engine_kwargs`` go to `create_async_engine`.
+        """
+        parsed = normalize_url(url)
+        seconds = _check_seconds("timeout", timeout)
+        connect_seconds = _check_seconds("connect_timeout", connect_timeout)
+        check_identifier("table_name", table_name)
+        if schema is not None:
+            check_identifier("schema", schema)
+        connect_args = dict(engine_kwargs.pop("connect_args", {}))
+        millis = str(max(1, round(seconds * 1000)))
+        connect_args["server_settings"] = {
+            "application_name": "sql_lease",
+            "statement_timeout": millis,
+            "lock_timeout": millis,
+            **connect_args.get("server_settings", {}),
+        }
+        connect_args.setdefault("timeout", connect_seconds)
+        engine_kwargs.setdefault("pool_size", 10)
+        engine_kwargs.setdefault("max_overflow", 10)
+        engine_kwargs.setdefault("pool_timeout", seconds)
+        engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
+        provider._owns_engine = True
+        return provider
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this provider runs on."""
+        return self._engine
+
+    @property
+    def table_name(self) -> str:
+        return self._table_name
+
+    @property
+    def schema(self) -> str | None:
+        return self._schema
+
+    @property
+    def timeout(self) -> float:
+        """Seconds that bound each call end to end."""
+        return self._timeout
+
+    async def aclose(self) -> None:
+        """Dispose of the engine if this provider created it (`from_url`)."""
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"SqlLeaseProvider(url={self._where!r}, table={self._sql.table!r}, "
+            f"timeout={self._timeout})"
+        )
+
+    # -- execution -----------------------------------------------------------------------
+
+    async def _checkout(self) -> tuple[PoolProxiedConnection, asyncpg.Connection]:
+        for _ in range(_MAX_CHECKOUTS):
+            fairy = await greenlet_spawn(self._pool.connect)
+            driver = fairy.driver_connection
+            if driver is not None and not driver.is_closed():
+                return fairy, driver
+            # Pooled connection died while idle (server restart, terminated backend).
+            fairy.invalidate()
+            await greenlet_spawn(fairy.close)
+        raise LeaseDatabaseError("no usable connection in the pool", operation="checkout")
+
+    async def _run(self, operation: str, write: bool, body: Body[T]) -> T:
+        """Run ``body`` on a pooled asyncpg connection within the timeout; translate failures."""
+        sent = False
+        try:
+            async with asyncio.timeout(self._timeout):
+                fairy, driver = await self._checkout()
+                try:
+                    sent = True
+                    return await body(driver)
+                except asyncpg.PostgresError as exc:
+                    if _connection_broken(exc):
+                        fairy.invalidate()
+                    raise
+                except BaseException:
+                    # Broken, or cancelled mid-statement: the protocol state is unknown.
+                    fairy.invalidate()
+                    raise
+                finally:
+                    await greenlet_spawn(fairy.close)
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise translate(
+                exc,
+                operation=operation,
+                where=self._where,
+                sent=sent and write,
+                table=self._sql.table,
+            ) from exc
+
+    async def _fetch(self, operation: str, write: bool, sql: str, *args: object) -> list[Any]:
+        async def body(conn: asyncpg.Connection) -> list[Any]:
+            return await conn.fetch(sql, *args)
+
+        return await self._run(operation, write, body)
+
+    # -- the contract --------------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+        k = check_name("key", key)
+        o = check_name("owner", owner)
+        ttl = check_ttl(ttl_ms)
+        sql = self._sql.acquire
+
+        async def body(conn: asyncpg.Connection) -> AcquireResult:
+            while True:
+                rows = await conn.fetch(sql, k, o, ttl)
+                for row in rows:
+                    if row[0]:
+                        return AcquireResult(True, owner, row[1], row[2])
+                if rows and rows[0][3] != o:
+                    row = rows[0]
+                    return AcquireResult(False, row[3].decode(), row[1], row[2])
+                # A concurrent writer committed after this statement's snapshot: neither won
+                # nor saw the winner. Run again; the next snapshot sees it.
+                self.acquire_reruns += 1
+
+        return await self._run("acquire_lease", True, body)
+
+    async def get_lease_owner(self, key: str) -> str | None:
+        k = check_name("key", key)
+        rows = await self._fetch("get_lease_owner", False, self._sql.get_owner, k)
+        return rows[0][0].decode() if rows else None
+
+    async def get_lease(self, key: str) -> Lease | None:
+        """The live lease of ``key`` (owner, fence, times), or None."""
+        k = check_name("key", key)
+        rows = await self._fetch("get_lease", False, self._sql.get_lease, k)
+        if not rows:
+            return None
+        owner, fence, expires_at, acquired_at = rows[0]
+        return Lease(key, owner.decode(), fence, expires_at, acquired_at)
+
+    async def release_lease(self, key: str, owner: str) -> None:
+        await self._release(key, owner)
+
+    async def _release(self, key: str, owner: str) -> datetime | None:
+        """Release; returns the database time it took effect, or None when it was a no-op."""
+        k = check_name("key", key)
+        o = check_name("owner", owner)
+        rows = await self._fetch("release_lease", True, self._sql.release, k, o)
+        return rows[0][0] if rows else None
+
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+        k = check_name("key", key)
+        o = check_name("owner", owner)
+        ttl = check_ttl(ttl_ms)
+        return bool(await self._fetch("renew_lease", True, self._sql.renew, k, o, ttl))
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+        k = check_name("key", key)
+        a = check_name("from_owner", from_owner)
+        b = check_name("to_owner", to_owner)
+        ttl = check_ttl(ttl_ms)
+        return bool(await self._fetch("transfer_lease", True, self._sql.transfer, k, a, b, ttl))
+
+    async def now(self) -> datetime:
+        """The database server's clock (the clock that judges expiry)."""
+        rows = await self._fetch("now", False, self._sql.now)
+        value: datetime = rows[0][0]
+        return value
+
+
+def _connection_broken(exc: asyncpg.PostgresError) -> bool:
+    state = getattr(exc, "sqlstate", "") or ""
+    return state.startswith(("08", "57P"))

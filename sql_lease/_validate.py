@@ -1,0 +1,54 @@
+"""Argument checks shared by every provider; all run before any I/O."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from .errors import LeaseTypeError, LeaseValueError
+
+__all__ = ["MAX_NAME_BYTES", "MAX_TTL_MS", "check_identifier", "check_name", "check_ttl"]
+
+MAX_NAME_BYTES: Final = 1024
+MAX_TTL_MS: Final = 365 * 24 * 60 * 60 * 1000
+# Derived names (`<table>_fence_seq`, `<table>_alembic_version`) must fit PostgreSQL's 63 bytes.
+MAX_IDENTIFIER_LEN: Final = 40
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_name(what: str, value: object) -> bytes:
+    """Validate a key or owner and return its UTF-8 bytes (the stored form)."""
+    if not isinstance(value, str):
+        raise LeaseTypeError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LeaseValueError(f"{what} is not encodable as UTF-8: {exc.reason}") from None
+    if not encoded:
+        raise LeaseValueError(f"{what} must not be empty")
+    if len(encoded) > MAX_NAME_BYTES:
+        raise LeaseValueError(
+            f"{what} is {len(encoded)} bytes in UTF-8; the limit is {MAX_NAME_BYTES}"
+        )
+    return encoded
+
+
+def check_ttl(ttl_ms: object) -> int:
+    """Validate a TTL in milliseconds: an int (not bool), 1 ms to 365 days."""
+    if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool):
+        raise LeaseTypeError(f"ttl_ms must be an int of milliseconds, not {type(ttl_ms).__name__}")
+    if ttl_ms <= 0 or ttl_ms > MAX_TTL_MS:
+        raise LeaseValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (365 days), not {ttl_ms}")
+    return int(ttl_ms)
+
+
+def check_identifier(what: str, value: object) -> str:
+    """Validate a table or schema name: a plain SQL identifier of at most 40 characters."""
+    if not isinstance(value, str):
+        raise LeaseTypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not _IDENTIFIER.fullmatch(value) or len(value) > MAX_IDENTIFIER_LEN:
+        raise LeaseValueError(
+            f"{what} must be a plain SQL identifier (letters, digits, underscore; not starting "
+            f"with a digit; at most {MAX_IDENTIFIER_LEN} characters), not {value!r}"
+        )
+    return value

@@ -1,0 +1,78 @@
+"""The leases table, defined once in SQLAlchemy Core.
+
+An application can add it to its own `MetaData` with `lease_table(its_metadata)`. Keys and owners
+are stored as the UTF-8 bytes of the Python string (``bytea``): PostgreSQL ``text`` cannot hold
+NUL, and Mastra's thread keys contain it. Expiry (``expires_at``) is the only column renewals
+change and it is not indexed, so renewals are HOT updates; the table leaves room for them
+(``fillfactor``). Fences come from one sequence per table with ``CACHE 1``: a per-session cache
+would hand out values out of order across connections.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Sequence,
+    Table,
+)
+
+from ._validate import MAX_NAME_BYTES, check_identifier
+
+__all__ = [
+    "DEFAULT_TABLE",
+    "FILLFACTOR",
+    "fence_sequence_name",
+    "lease_table",
+    "leases",
+    "metadata",
+    "version_table_name",
+]
+
+DEFAULT_TABLE: Final = "leases"
+FILLFACTOR: Final = 70
+
+
+def fence_sequence_name(table_name: str) -> str:
+    """Name of the sequence that issues fences for ``table_name``."""
+    return f"{table_name}_fence_seq"
+
+
+def version_table_name(table_name: str) -> str:
+    """Name of the Alembic version table of the library's migrations for ``table_name``."""
+    return f"{table_name}_alembic_version"
+
+
+def lease_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | None = None) -> Table:
+    """Define the leases table (and its fence sequence) in ``metadata`` and return it."""
+    check_identifier("table_name", name)
+    if schema is not None:
+        check_identifier("schema", schema)
+    Sequence(fence_sequence_name(name), metadata=metadata, schema=schema, cache=1)
+    return Table(
+        name,
+        metadata,
+        Column("key", LargeBinary, nullable=False, comment="UTF-8 bytes of the lease key"),
+        Column("owner", LargeBinary, nullable=False, comment="UTF-8 bytes of the holder"),
+        Column("fence", BigInteger, nullable=False, comment="fencing token"),
+        Column("expires_at", DateTime(timezone=True), nullable=False),
+        Column("acquired_at", DateTime(timezone=True), nullable=False),
+        PrimaryKeyConstraint("key", name=f"{name}_pkey"),
+        CheckConstraint(f"length(key) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_key_len"),
+        CheckConstraint(f"length(owner) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_owner_len"),
+        schema=schema,
+        postgresql_with={"fillfactor": FILLFACTOR},
+        comment="sql_lease: one row per lease key",
+    )
+
+
+#: The library's own metadata with the default table, as the migrations create it.
+metadata: Final = MetaData()
+leases: Final = lease_table(metadata)
