@@ -66,8 +66,8 @@ def translate(
         if state in _SCHEMA_STATES:
             return LeaseSchemaError(
                 f"{operation}: the leases table {table} or its fence sequence is missing or "
-                f"out of date in {where} ({detail}); run `sql-lease migrate` "
-                "(or `alembic upgrade head`) against this database",
+                f"out of date in {where} ({detail}); apply the migrations to this database: "
+                "`alembic upgrade head` or `sql_lease.migrate.upgrade(url)`",
                 operation=operation,
             )
         if state.startswith(_CONNECTION_PREFIXES):

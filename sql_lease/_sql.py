@@ -27,6 +27,8 @@ __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 _MAX_CHECKOUTS = 64  # dead pooled connections skipped before giving up (bounded by timeout too)
+_CANCEL_GRACE = 5.0  # seconds a cancelled statement's cancel request may take in the background
+_SERVER_SHARE = 0.8  # server-side statement/lock timeout as a share of the client-side timeout
 
 T = TypeVar("T")
 Body = Callable[[asyncpg.Connection], Awaitable[T]]
@@ -76,6 +78,7 @@ class SqlLeaseProvider:
         self._sql: Statements = build_statements(table_name, schema)
         self._where = redact(engine.url)
         self._pool = engine.sync_engine.pool
+        self._cleanup_tasks: set[asyncio.Task[None]] = set()
         #: How often acquire ran its statement again because a concurrent writer committed
         #: between its snapshot and its write (diagnostics; see `_statements`).
         self.acquire_reruns = 0
@@ -94,8 +97,9 @@ class SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
 
         Accepts ``postgresql://``, ``postgres://`` and ``postgresql+asyncpg://`` URLs. Sets the
-        server-side ``statement_timeout`` and ``lock_timeout`` to ``timeout`` and the connect
-        timeout to ``connect_timeout``; ``engine_kwargs`` go to `create_async_engine`.
+        server-side ``statement_timeout`` and ``lock_timeout`` to 80% of ``timeout`` (so the
+        server cancels a stuck statement cleanly before the client-side deadline) and the
+        connect timeout to ``connect_timeout``; ``engine_kwargs`` go to `create_async_engine`.
         """
         parsed = normalize_url(url)
         seconds = _check_seconds("timeout", timeout)
@@ -104,7 +108,9 @@ class SqlLeaseProvider:
         if schema is not None:
             check_identifier("schema", schema)
         connect_args = dict(engine_kwargs.pop("connect_args", {}))
-        millis = str(max(1, round(seconds * 1000)))
+        # The server gives up first, so a statement stuck behind a lock ends in a clean error
+        # (nothing applied); the client-side deadline is the backstop for a stalled network.
+        millis = str(max(1, round(seconds * 1000 * _SERVER_SHARE)))
         connect_args["server_settings"] = {
             "application_name": "sql_lease",
             "statement_timeout": millis,
@@ -140,6 +146,8 @@ class SqlLeaseProvider:
 
     async def aclose(self) -> None:
         """Dispose of the engine if this provider created it (`from_url`)."""
+        if self._cleanup_tasks:
+            await asyncio.wait(list(self._cleanup_tasks), timeout=_CANCEL_GRACE)
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -169,24 +177,49 @@ class SqlLeaseProvider:
         raise LeaseDatabaseError("no usable connection in the pool", operation="checkout")
 
     async def _run(self, operation: str, write: bool, body: Body[T]) -> T:
-        """Run ``body`` on a pooled asyncpg connection within the timeout; translate failures."""
+        """Run ``body`` on a pooled asyncpg connection within the timeout; translate failures.
+
+        A connection found broken before the statement was sent is replaced and the call goes
+        on; so is one that broke under a read. A write that may have reached the server is not
+        repeated: it raises with ``outcome_unknown=True``.
+        """
         sent = False
         try:
             async with asyncio.timeout(self._timeout):
-                fairy, driver = await self._checkout()
-                try:
-                    sent = True
-                    return await body(driver)
-                except asyncpg.PostgresError as exc:
-                    if _connection_broken(exc):
+                for attempt in range(_MAX_CHECKOUTS):
+                    fairy, driver = await self._checkout()
+                    try:
+                        sent = True
+                        result = await body(driver)
+                    except asyncpg.PostgresError as exc:
+                        broken = _connection_broken(exc)
+                        if broken:
+                            fairy.invalidate()
+                        await greenlet_spawn(fairy.close)
+                        if broken and not write and attempt == 0:
+                            continue
+                        raise
+                    except (asyncpg.InterfaceError, asyncpg.InternalClientError):
+                        # asyncpg refused before sending: the connection died while idle.
                         fairy.invalidate()
-                    raise
-                except BaseException:
-                    # Broken, or cancelled mid-statement: the protocol state is unknown.
-                    fairy.invalidate()
-                    raise
-                finally:
+                        await greenlet_spawn(fairy.close)
+                        sent = False
+                        continue
+                    except (asyncio.CancelledError, TimeoutError):
+                        # Cancelled mid-statement: asyncpg has asked the server to cancel it.
+                        # Let that land before the connection is dropped, or the statement
+                        # would live on and could still apply after the caller heard "timeout".
+                        self._discard_later(fairy, driver)
+                        raise
+                    except BaseException as exc:
+                        fairy.invalidate()
+                        await greenlet_spawn(fairy.close)
+                        if isinstance(exc, OSError) and not write and attempt == 0:
+                            continue
+                        raise
                     await greenlet_spawn(fairy.close)
+                    return result
+                raise LeaseDatabaseError("no usable connection", operation=operation)
         except LeaseError:
             raise
         except Exception as exc:
@@ -197,6 +230,21 @@ class SqlLeaseProvider:
                 sent=sent and write,
                 table=self._sql.table,
             ) from exc
+
+    def _discard_later(self, fairy: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
+        task = asyncio.get_running_loop().create_task(self._discard(fairy, driver))
+        self._cleanup_tasks.add(task)
+        task.add_done_callback(self._cleanup_tasks.discard)
+
+    async def _discard(self, fairy: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
+        """Wait (bounded) for asyncpg's pending cancel request, then drop the connection."""
+        pending = list(getattr(driver, "_cancellations", ()))
+        try:
+            if pending:
+                await asyncio.wait(pending, timeout=_CANCEL_GRACE)
+        finally:
+            fairy.invalidate()
+            await greenlet_spawn(fairy.close)
 
     async def _fetch(self, operation: str, write: bool, sql: str, *args: object) -> list[Any]:
         async def body(conn: asyncpg.Connection) -> list[Any]:
@@ -244,25 +292,40 @@ class SqlLeaseProvider:
     async def release_lease(self, key: str, owner: str) -> None:
         await self._release(key, owner)
 
-    async def _release(self, key: str, owner: str) -> datetime | None:
-        """Release; returns the database time it took effect, or None when it was a no-op."""
+    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+        return await self._renew(key, owner, ttl_ms) is not None
+
+    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+        return await self._transfer(key, from_owner, to_owner, ttl_ms) is not None
+
+    # The forms below return what the statement reports (fence and database times); the
+    # contract methods above wrap them. Tests use them to check invariants in database time.
+
+    async def _release(self, key: str, owner: str) -> tuple[int, datetime] | None:
+        """Release; (fence, database time it took effect), or None when it was a no-op."""
         k = check_name("key", key)
         o = check_name("owner", owner)
         rows = await self._fetch("release_lease", True, self._sql.release, k, o)
-        return rows[0][0] if rows else None
+        return (rows[0][0], rows[0][1]) if rows else None
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+    async def _renew(self, key: str, owner: str, ttl_ms: int) -> tuple[int, datetime] | None:
+        """Renew; (fence, new expiry), or None when the lease was lost."""
         k = check_name("key", key)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
-        return bool(await self._fetch("renew_lease", True, self._sql.renew, k, o, ttl))
+        rows = await self._fetch("renew_lease", True, self._sql.renew, k, o, ttl)
+        return (rows[0][0], rows[0][1]) if rows else None
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+    async def _transfer(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: int
+    ) -> tuple[int, datetime] | None:
+        """Transfer; (fence of the new owner, new expiry), or None when it was not held."""
         k = check_name("key", key)
         a = check_name("from_owner", from_owner)
         b = check_name("to_owner", to_owner)
         ttl = check_ttl(ttl_ms)
-        return bool(await self._fetch("transfer_lease", True, self._sql.transfer, k, a, b, ttl))
+        rows = await self._fetch("transfer_lease", True, self._sql.transfer, k, a, b, ttl)
+        return (rows[0][0], rows[0][1]) if rows else None
 
     async def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""

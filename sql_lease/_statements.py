@@ -36,7 +36,7 @@ class Statements:
     get_owner: str
     #: ($1 key) -> (owner, fence, expires_at, acquired_at) of the live lease, or no row.
     get_lease: str
-    #: ($1 key, $2 owner) -> (released_at) when a live lease of owner was ended, or no row.
+    #: ($1 key, $2 owner) -> (fence, released_at) when a live lease of owner ended, or no row.
     release: str
     #: ($1 key, $2 owner, $3 ttl_ms) -> (fence, expires_at) when renewed, or no row.
     renew: str
@@ -99,7 +99,7 @@ UNION ALL SELECT false, fence, expires_at, owner FROM cur WHERE live
         ),
         release=(
             f"UPDATE {t} SET expires_at = clock_timestamp()"
-            f" WHERE key = $1 AND owner = $2 AND {live} RETURNING expires_at"
+            f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at"
         ),
         renew=(
             f"UPDATE {t} SET expires_at = {expiry.format(p='$3')}"

@@ -1,0 +1,96 @@
+"""Shared fixtures: a fresh, migrated PostgreSQL database per test session (pytest-postgresql).
+
+The server comes from ``SQL_LEASE_TEST_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/
+postgres``). When it cannot be reached the run fails loudly: no PostgreSQL test is ever skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import psycopg
+import pytest
+from pytest_postgresql.janitor import DatabaseJanitor
+from sqlalchemy.engine import URL, make_url
+
+from sql_lease import SqlLeaseProvider, migrate
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def server_url() -> URL:
+    return make_url(os.environ.get("SQL_LEASE_TEST_DSN", DEFAULT_DSN))
+
+
+def _janitor(dbname: str) -> DatabaseJanitor:
+    url = server_url()
+    return DatabaseJanitor(
+        user=url.username or "postgres",
+        host=url.host or "127.0.0.1",
+        port=url.port or 5432,
+        dbname=dbname,
+        password=url.password,
+        maintenance_dbname=url.database or "postgres",
+        connection_timeout=10,
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> URL:
+    """The PostgreSQL server under test; fails the session if it is unreachable."""
+    url = server_url()
+    try:
+        with psycopg.connect(
+            host=url.host,
+            port=url.port,
+            user=url.username,
+            password=url.password,
+            dbname=url.database or "postgres",
+            connect_timeout=5,
+        ):
+            pass
+    except psycopg.Error as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {url.render_as_string(hide_password=True)} ({exc}). "
+            "Start it (`docker compose up -d`) or set SQL_LEASE_TEST_DSN.",
+            pytrace=False,
+        )
+    return url
+
+
+@pytest.fixture(scope="session")
+def make_database(pg_server: URL) -> Iterator[Callable[[], str]]:
+    """Factory for extra empty databases, all dropped at the end of the session."""
+    janitors: list[DatabaseJanitor] = []
+
+    def make() -> str:
+        name = f"sql_lease_test_{uuid.uuid4().hex[:12]}"
+        janitor = _janitor(name)
+        janitor.init()
+        janitors.append(janitor)
+        return pg_server.set(database=name).render_as_string(hide_password=False)
+
+    yield make
+    for janitor in janitors:
+        janitor.drop()
+
+
+@pytest.fixture(scope="session")
+def database_url(make_database: Callable[[], str]) -> str:
+    """A fresh database for this session with the leases migrations applied."""
+    url = make_database()
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider on the session database, with the leases table emptied first."""
+    provider = SqlLeaseProvider.from_url(database_url, timeout=10)
+    async with provider.engine.connect() as conn:
+        await conn.exec_driver_sql("TRUNCATE leases")
+        await conn.commit()
+    yield provider
+    await provider.aclose()

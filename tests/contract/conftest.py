@@ -1,0 +1,19 @@
+"""The contract suite runs against every provider: add a backend here and it joins."""
+
+from __future__ import annotations
+
+import pytest
+
+from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider
+
+PROVIDERS = ["memory", "postgresql"]
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(
+    request: pytest.FixtureRequest,
+) -> InMemoryLeaseProvider | SqlLeaseProvider:
+    if request.param == "memory":
+        return InMemoryLeaseProvider()
+    sql: SqlLeaseProvider = request.getfixturevalue("sql_provider")
+    return sql
