@@ -1,6 +1,6 @@
 """The main job in miniature: two workers, one thread key, acquire / route / transfer / release.
 
-    SQL_LEASE_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres python examples/quickstart.py
+    SQL_LEASE_DATABASE_URL=postgresql://postgres@127.0.0.1/postgres python examples/quickstart.py
 
 Applies the library's migrations to that database first (idempotent), then plays out what
 Mastra's signals runtime does with a lease per thread.
@@ -39,8 +39,10 @@ async def main() -> None:
         moved = await worker_a.transfer_lease(thread, run_1, run_3, TTL)
         lease = await worker_b.get_lease(thread)
         assert lease is not None
-        print(f"A  run finished with a follow-up queued: transfer to {run_3}: {moved}, "
-              f"owner now {lease.owner}, fence {lease.fence} (no instant where the key was free)")
+        print(
+            f"A  run finished with a follow-up queued: transfer to {run_3}: {moved}, "
+            f"owner now {lease.owner}, fence {lease.fence} (no instant where the key was free)"
+        )
 
         stale = await worker_a.renew_lease(thread, run_1, TTL)
         print(f"A  the old run renews: {stale} (it no longer owns the thread)")
