@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ._contract import AcquireResult, Lease
-from ._validate import check_name, check_ttl
+from ._validate import check_items, check_limit, check_millis, check_name, check_prefix, check_ttl
 
 __all__ = ["InMemoryLeaseProvider"]
+
+logger = logging.getLogger("sql_lease")
 
 
 @dataclass(slots=True)
@@ -121,11 +124,75 @@ class InMemoryLeaseProvider:
             entry.expires = now + ttl_ms / 1000
             return True
 
-    async def purge_expired(self) -> int:
-        """Drop expired entries; returns how many were dropped."""
+    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
+        """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
+        pairs = [(k.decode(), o.decode()) for k, o in check_items(items)]
+        check_ttl(ttl_ms)
         with self._lock:
             now = self._clock()
-            dead = [k for k, e in self._leases.items() if e.expires <= now]
+            out = []
+            for key, owner in pairs:
+                entry = self._live(key, now)
+                ok = entry is not None and entry.owner == owner
+                if ok:
+                    entry.expires = now + ttl_ms / 1000  # type: ignore[union-attr]
+                out.append(ok)
+            return out
+
+    async def force_release(self, key: str) -> bool:
+        """End the live lease of ``key`` whoever holds it; logged at WARNING."""
+        check_name("key", key)
+        with self._lock:
+            entry = self._live(key, self._clock())
+            if entry is None:
+                return False
+            del self._leases[key]
+        logger.warning(
+            "force-released lease %r held by %r (fence %d)", key, entry.owner, entry.fence
+        )
+        return True
+
+    async def list_leases(
+        self, prefix: str | None = None, *, limit: int = 100, after: str | None = None
+    ) -> list[Lease]:
+        """Live leases in key order (by UTF-8 bytes, as in SQL), optionally by key prefix."""
+        check_prefix(prefix)
+        count = check_limit(limit)
+        floor = None if after is None else check_name("after", after)
+        with self._lock:
+            now = self._clock()
+            found = []
+            for key in sorted(self._leases, key=lambda k: k.encode()):
+                if prefix is not None and not key.startswith(prefix):
+                    continue
+                if floor is not None and key.encode() <= floor:
+                    continue
+                entry = self._live(key, now)
+                if entry is not None:
+                    found.append(
+                        Lease(
+                            key,
+                            entry.owner,
+                            entry.fence,
+                            self._wall(entry.expires),
+                            self._wall(entry.acquired),
+                        )
+                    )
+                    if len(found) == count:
+                        break
+            return found
+
+    async def purge_expired(
+        self, *, min_age_ms: int = 0, batch_size: int = 1_000, max_batches: int | None = None
+    ) -> int:
+        """Drop entries expired for at least ``min_age_ms``; returns how many were dropped."""
+        age = check_millis("min_age_ms", min_age_ms) / 1000
+        check_limit(batch_size, what="batch_size", most=100_000)
+        if max_batches is not None:
+            check_limit(max_batches, "max_batches", 10**9)
+        with self._lock:
+            now = self._clock()
+            dead = [k for k, e in self._leases.items() if e.expires <= now - age]
             for k in dead:
                 del self._leases[k]
             return len(dead)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -18,7 +19,15 @@ from ._contract import AcquireResult, Lease
 from ._dberrors import translate
 from ._statements import Statements, build_statements
 from ._urls import normalize_url, redact
-from ._validate import check_identifier, check_name, check_ttl
+from ._validate import (
+    check_identifier,
+    check_items,
+    check_limit,
+    check_millis,
+    check_name,
+    check_prefix,
+    check_ttl,
+)
 from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
 from .schema import DEFAULT_TABLE
 
@@ -29,6 +38,8 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 _MAX_CHECKOUTS = 64  # dead pooled connections skipped before giving up (bounded by timeout too)
 _CANCEL_GRACE = 5.0  # seconds a cancelled statement's cancel request may take in the background
 _SERVER_SHARE = 0.8  # server-side statement/lock timeout as a share of the client-side timeout
+
+logger = logging.getLogger("sql_lease")
 
 T = TypeVar("T")
 Body = Callable[[asyncpg.Connection], Awaitable[T]]
@@ -92,6 +103,7 @@ class SqlLeaseProvider:
         schema: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        synchronous_commit: bool = True,
         **engine_kwargs: Any,
     ) -> SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
@@ -100,7 +112,13 @@ class SqlLeaseProvider:
         server-side ``statement_timeout`` and ``lock_timeout`` to 80% of ``timeout`` (so the
         server cancels a stuck statement cleanly before the client-side deadline) and the
         connect timeout to ``connect_timeout``; ``engine_kwargs`` go to `create_async_engine`.
+
+        ``synchronous_commit=False`` runs the provider's statements (its engine serves nothing
+        else) with ``synchronous_commit = off``: faster writes, but a server crash can forget
+        the last fraction of a second of lease changes (see the README's "Durability").
         """
+        if not isinstance(synchronous_commit, bool):
+            raise LeaseTypeError("synchronous_commit must be a bool")
         parsed = normalize_url(url)
         seconds = _check_seconds("timeout", timeout)
         connect_seconds = _check_seconds("connect_timeout", connect_timeout)
@@ -115,6 +133,7 @@ class SqlLeaseProvider:
             "application_name": "sql_lease",
             "statement_timeout": millis,
             "lock_timeout": millis,
+            **({} if synchronous_commit else {"synchronous_commit": "off"}),
             **connect_args.get("server_settings", {}),
         }
         connect_args.setdefault("timeout", connect_seconds)
@@ -326,6 +345,87 @@ class SqlLeaseProvider:
         ttl = check_ttl(ttl_ms)
         rows = await self._fetch("transfer_lease", True, self._sql.transfer, k, a, b, ttl)
         return (rows[0][0], rows[0][1]) if rows else None
+
+    # -- extensions ----------------------------------------------------------------------
+
+    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
+        """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""
+        return [r is not None for r in await self._renew_many(items, ttl_ms)]
+
+    async def _renew_many(
+        self, items: Iterable[tuple[str, str]], ttl_ms: int
+    ) -> list[tuple[int, datetime] | None]:
+        pairs = check_items(items)
+        ttl = check_ttl(ttl_ms)
+        if not pairs:
+            return []
+        # Duplicates would match one row twice; send each pair once and fan the answer out.
+        unique = list(dict.fromkeys(pairs))
+        rows = await self._fetch(
+            "renew_leases",
+            True,
+            self._sql.renew_many,
+            [k for k, _ in unique],
+            [o for _, o in unique],
+            ttl,
+        )
+        by_pair = {unique[ordinal - 1]: (fence, expires) for ordinal, fence, expires in rows}
+        return [by_pair.get(pair) for pair in pairs]
+
+    async def force_release(self, key: str) -> bool:
+        """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
+        k = check_name("key", key)
+        rows = await self._fetch("force_release", True, self._sql.force_release, k)
+        if not rows:
+            return False
+        owner, fence = rows[0][0].decode(), rows[0][1]
+        logger.warning("force-released lease %r held by %r (fence %d)", key, owner, fence)
+        return True
+
+    async def list_leases(
+        self, prefix: str | None = None, *, limit: int = 100, after: str | None = None
+    ) -> list[Lease]:
+        """Live leases in key order, optionally those whose key starts with ``prefix``.
+
+        ``limit`` caps the page (1 to 10,000); pass the last key seen as ``after`` for the next.
+        """
+        low, high = check_prefix(prefix)
+        count = check_limit(limit)
+        if after is not None:
+            low = max(low, check_name("after", after) + b"\0")
+        rows = await self._fetch("list_leases", False, self._sql.list_live, low, high, count)
+        return [Lease(k.decode(), o.decode(), f, e, a) for k, o, f, e, a, _ in rows]
+
+    async def purge_expired(
+        self, *, min_age_ms: int = 60_000, batch_size: int = 1_000, max_batches: int | None = None
+    ) -> int:
+        """Delete rows expired for at least ``min_age_ms``, ``batch_size`` rows per statement.
+
+        Each batch is its own short statement that skips locked rows, so purging never blocks
+        lease traffic for long. Returns how many rows were deleted.
+        """
+        age = check_millis("min_age_ms", min_age_ms)
+        batch = check_limit(batch_size, what="batch_size", most=100_000)
+        batches = None if max_batches is None else check_limit(max_batches, "max_batches", 10**9)
+        total = 0
+        done = 0
+        while batches is None or done < batches:
+            rows = await self._fetch("purge_expired", True, self._sql.purge_batch, age, batch)
+            deleted = int(rows[0][0])
+            total += deleted
+            done += 1
+            if deleted < batch:
+                break
+        return total
+
+    async def _want(self, key: str, wait_ms: int) -> tuple[str, int, datetime] | None:
+        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
+        k = check_name("key", key)
+        wait = check_ttl(wait_ms)
+        rows = await self._fetch("want", True, self._sql.want, k, wait)
+        if not rows:
+            return None
+        return rows[0][0].decode(), rows[0][1], rows[0][2]
 
     async def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""

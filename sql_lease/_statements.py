@@ -7,7 +7,8 @@ the transaction's start. Parameters are positional (``$1``...), keys and owners 
 
 A release does not delete the row: it sets ``expires_at`` to now. Rows therefore only disappear
 through `purge`, which leaves rows alone until they have been expired for a grace period; that is
-what keeps fences strictly increasing per key even when an insert races a deletion.
+what keeps fences strictly increasing per key even when an insert races a deletion (an insert
+draws its fence before it reaches the index, so it must never follow a deletion it did not see).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._validate import check_identifier
-from .schema import fence_sequence_name
+from .schema import fence_sequence_name, notify_channel
 
 __all__ = ["Statements", "build_statements", "quote_ident"]
 
@@ -30,6 +31,7 @@ class Statements:
     """SQL text for one leases table. Result columns are documented per statement."""
 
     table: str
+    channel: str
     #: ($1 key, $2 owner, $3 ttl_ms) -> rows (acquired, fence, expires_at, holder); see acquire.
     acquire: str
     #: ($1 key) -> (owner) of the live lease, or no row.
@@ -42,6 +44,18 @@ class Statements:
     renew: str
     #: ($1 key, $2 from, $3 to, $4 ttl_ms) -> (fence, expires_at) when transferred, or no row.
     transfer: str
+    #: ($1 keys[], $2 owners[], $3 ttl_ms) -> (ordinal, fence, expires_at) per renewed item.
+    renew_many: str
+    #: ($1 key) -> (owner, fence, released_at) when a live lease was ended, or no row.
+    force_release: str
+    #: ($1 from_key, $2 below_key or NULL, $3 limit) -> live leases in key order:
+    #: (key, owner, fence, expires_at, acquired_at, now).
+    list_live: str
+    #: ($1 min_age_ms, $2 batch) -> (count) rows deleted that had been expired for min_age.
+    purge_batch: str
+    #: ($1 key, $2 wait_ms) -> (owner, fence, expires_at) of the live holder; marks the key
+    #: wanted so that its release or transfer sends a notification.
+    want: str
     #: () -> (now) the database clock.
     now: str
 
@@ -53,9 +67,23 @@ def build_statements(table_name: str, schema: str | None = None) -> Statements:
     if schema is not None:
         t = f"{quote_ident(schema)}.{t}"
         seq = f"{quote_ident(schema)}.{seq}"
-    # The literal is the sequence's quoted name, which only holds validated identifier characters.
+    channel = notify_channel(table_name, schema)
+    # Literals built from validated identifier characters only.
     nextval = f"nextval('{seq}')"
     expiry = "clock_timestamp() + {p}::bigint * interval '1 millisecond'"
+    live = "expires_at > clock_timestamp()"
+
+    def notifying(update: str, columns: str) -> str:
+        # NOTIFY serialises committing transactions database-wide, so only a change to a key
+        # that someone is waiting for (`wanted_until` in the future) sends one.
+        return f"""
+WITH u AS ({update} RETURNING key, wanted_until, {columns}),
+n AS (
+    SELECT pg_notify('{channel}', encode(key, 'hex')) FROM u
+    WHERE wanted_until > clock_timestamp()
+)
+SELECT {columns}, (SELECT count(*) FROM n) AS notified FROM u
+""".strip()
 
     # Acquire: `cur` reads the row in the statement's snapshot. An absent key is inserted (the
     # insert draws a fence only when it will try to insert); an expired or own row is updated
@@ -65,7 +93,7 @@ def build_statements(table_name: str, schema: str | None = None) -> Statements:
     # the snapshot), the caller runs the statement again with a fresh snapshot.
     acquire = f"""
 WITH cur AS MATERIALIZED (
-    SELECT owner, fence, expires_at, expires_at > clock_timestamp() AS live
+    SELECT owner, fence, expires_at, {live} AS live
     FROM {t} WHERE key = $1
 ), ins AS (
     INSERT INTO {t} AS l (key, owner, fence, expires_at, acquired_at)
@@ -89,30 +117,64 @@ UNION ALL SELECT true, fence, expires_at, NULL FROM upd
 UNION ALL SELECT false, fence, expires_at, owner FROM cur WHERE live
 """.strip()
 
-    live = "expires_at > clock_timestamp()"
+    transfer_update = f"""UPDATE {t} SET
+    owner = $3,
+    fence = CASE WHEN owner = $3 THEN fence ELSE {nextval} END,
+    acquired_at = CASE WHEN owner = $3 THEN acquired_at ELSE clock_timestamp() END,
+    expires_at = {expiry.format(p="$4")}
+WHERE key = $1 AND owner = $2 AND {live}"""
+
     return Statements(
         table=t,
+        channel=channel,
         acquire=acquire,
         get_owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
         get_lease=(
             f"SELECT owner, fence, expires_at, acquired_at FROM {t} WHERE key = $1 AND {live}"
         ),
-        release=(
+        release=notifying(
             f"UPDATE {t} SET expires_at = clock_timestamp()"
-            f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at"
+            f" WHERE key = $1 AND owner = $2 AND {live}",
+            "fence, expires_at",
         ),
         renew=(
             f"UPDATE {t} SET expires_at = {expiry.format(p='$3')}"
             f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at"
         ),
-        transfer=f"""
-UPDATE {t} SET
-    owner = $3,
-    fence = CASE WHEN owner = $3 THEN fence ELSE {nextval} END,
-    acquired_at = CASE WHEN owner = $3 THEN acquired_at ELSE clock_timestamp() END,
-    expires_at = {expiry.format(p="$4")}
-WHERE key = $1 AND owner = $2 AND {live}
-RETURNING fence, expires_at
+        transfer=notifying(transfer_update, "fence, expires_at"),
+        renew_many=f"""
+UPDATE {t} AS l SET expires_at = {expiry.format(p="$3")}
+FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS i(key, owner, ord)
+WHERE l.key = i.key AND l.owner = i.owner AND l.expires_at > clock_timestamp()
+RETURNING i.ord, l.fence, l.expires_at
+""".strip(),
+        force_release=notifying(
+            f"UPDATE {t} SET expires_at = clock_timestamp() WHERE key = $1 AND {live}",
+            "owner, fence, expires_at",
+        ),
+        list_live=f"""
+SELECT key, owner, fence, expires_at, acquired_at, clock_timestamp() AS now FROM {t}
+WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND {live}
+ORDER BY key LIMIT $3
+""".strip(),
+        purge_batch=f"""
+WITH doomed AS (
+    SELECT key FROM {t}
+    WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
+    LIMIT $2 FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {t} AS l USING doomed
+    WHERE l.key = doomed.key
+      AND l.expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
+    RETURNING 1
+)
+SELECT count(*) FROM gone
+""".strip(),
+        want=f"""
+UPDATE {t} SET wanted_until = GREATEST(
+    wanted_until, clock_timestamp() + $2::bigint * interval '1 millisecond')
+WHERE key = $1 AND {live}
+RETURNING owner, fence, expires_at
 """.strip(),
         now="SELECT clock_timestamp()",
     )

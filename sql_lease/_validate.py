@@ -7,7 +7,17 @@ from typing import Final
 
 from .errors import LeaseTypeError, LeaseValueError
 
-__all__ = ["MAX_NAME_BYTES", "MAX_TTL_MS", "check_identifier", "check_name", "check_ttl"]
+__all__ = [
+    "MAX_NAME_BYTES",
+    "MAX_TTL_MS",
+    "check_identifier",
+    "check_items",
+    "check_limit",
+    "check_millis",
+    "check_name",
+    "check_prefix",
+    "check_ttl",
+]
 
 MAX_NAME_BYTES: Final = 1024
 MAX_TTL_MS: Final = 365 * 24 * 60 * 60 * 1000
@@ -52,3 +62,44 @@ def check_identifier(what: str, value: object) -> str:
             f"with a digit; at most {MAX_IDENTIFIER_LEN} characters), not {value!r}"
         )
     return value
+
+
+def check_millis(what: str, value: object) -> int:
+    """Validate a non-negative int of milliseconds (at most 365 days)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise LeaseTypeError(f"{what} must be an int of milliseconds, not {type(value).__name__}")
+    if value < 0 or value > MAX_TTL_MS:
+        raise LeaseValueError(f"{what} must be between 0 and {MAX_TTL_MS}, not {value}")
+    return int(value)
+
+
+def check_limit(value: object, what: str = "limit", most: int = 10_000) -> int:
+    """Validate a count: an int from 1 to ``most``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise LeaseTypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < 1 or value > most:
+        raise LeaseValueError(f"{what} must be between 1 and {most}, not {value}")
+    return int(value)
+
+
+def check_items(items: object, what: str = "items") -> list[tuple[bytes, bytes]]:
+    """Validate an iterable of ``(key, owner)`` pairs; returns their stored forms."""
+    if isinstance(items, str | bytes) or not hasattr(items, "__iter__"):
+        raise LeaseTypeError(f"{what} must be an iterable of (key, owner) pairs")
+    pairs: list[tuple[bytes, bytes]] = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise LeaseTypeError(f"each of {what} must be a (key, owner) pair, not {item!r:.60}")
+        pairs.append((check_name("key", item[0]), check_name("owner", item[1])))
+    return pairs
+
+
+def check_prefix(prefix: object) -> tuple[bytes, bytes | None]:
+    """Validate a key prefix; returns the ``[low, high)`` byte range of keys it covers."""
+    if prefix is None:
+        return b"", None
+    low = check_name("prefix", prefix)
+    stripped = low.rstrip(b"\xff")
+    if not stripped:
+        return low, None
+    return low, stripped[:-1] + bytes([stripped[-1] + 1])

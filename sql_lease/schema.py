@@ -10,6 +10,7 @@ would hand out values out of order across connections.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 from sqlalchemy import (
@@ -33,6 +34,7 @@ __all__ = [
     "lease_table",
     "leases",
     "metadata",
+    "notify_channel",
     "version_table_name",
 ]
 
@@ -50,6 +52,14 @@ def version_table_name(table_name: str) -> str:
     return f"{table_name}_alembic_version"
 
 
+def notify_channel(table_name: str, schema: str | None = None) -> str:
+    """The LISTEN/NOTIFY channel on which changes to wanted keys of the table are announced."""
+    name = f"sql_lease:{schema}.{table_name}" if schema else f"sql_lease:{table_name}"
+    if len(name) > 63:  # PostgreSQL truncates identifiers at 63 bytes
+        name = "sql_lease:" + hashlib.sha1(name.encode()).hexdigest()
+    return name
+
+
 def lease_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | None = None) -> Table:
     """Define the leases table (and its fence sequence) in ``metadata`` and return it."""
     check_identifier("table_name", name)
@@ -64,6 +74,12 @@ def lease_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | Non
         Column("fence", BigInteger, nullable=False, comment="fencing token"),
         Column("expires_at", DateTime(timezone=True), nullable=False),
         Column("acquired_at", DateTime(timezone=True), nullable=False),
+        Column(
+            "wanted_until",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="until when a waiter wants to hear of a release or transfer",
+        ),
         PrimaryKeyConstraint("key", name=f"{name}_pkey"),
         CheckConstraint(f"length(key) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_key_len"),
         CheckConstraint(f"length(owner) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_owner_len"),
