@@ -63,7 +63,7 @@ def _configure(**kwargs: Any) -> None:
 
 def _run() -> None:
     with context.begin_transaction():
-        if names.schema is not None:
+        if names.schema is not None and context.get_context().dialect.name != "sqlite":
             context.execute(f'CREATE SCHEMA IF NOT EXISTS "{names.schema}"')
         context.run_migrations()
         if _reached_base:

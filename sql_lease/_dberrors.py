@@ -8,6 +8,7 @@ operation, the redacted URL and the driver's own message.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 import asyncpg
 from sqlalchemy import exc as sa_exc
@@ -56,6 +57,8 @@ def translate(
     or a client-side timeout leaves the outcome unknown.
     """
     detail = _driver_message(exc)
+    if isinstance(exc, sqlite3.Error):
+        return _translate_sqlite(exc, detail, operation=operation, where=where, table=table)
     state = _sqlstate(exc)
     if state is not None:
         if state in _TIMEOUT_STATES:
@@ -97,4 +100,31 @@ def translate(
         f"{operation}: database failure in {where} ({detail})",
         operation=operation,
         outcome_unknown=sent,
+    )
+
+
+def _translate_sqlite(
+    exc: sqlite3.Error, detail: str, *, operation: str, where: str, table: str
+) -> LeaseDatabaseError:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in text:
+        return LeaseTimeoutError(
+            f"{operation}: the SQLite database stayed locked by other writers past the "
+            f"timeout ({detail})",
+            operation=operation,
+        )
+    if "no such table" in text or "no such column" in text:
+        return LeaseSchemaError(
+            f"{operation}: the leases table {table} is missing or out of date in {where} "
+            f"({detail}); apply the migrations to this database: `alembic upgrade head` or "
+            "`sql_lease.migrate.upgrade(url)`",
+            operation=operation,
+        )
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_NOTADB", "SQLITE_IOERR", "SQLITE_PERM")):
+        return LeaseConnectionError(
+            f"{operation}: cannot use the SQLite database {where} ({detail})", operation=operation
+        )
+    return LeaseDatabaseError(
+        f"{operation}: SQLite error in {where} ({detail})", operation=operation
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, Self, TypeVar
@@ -17,6 +18,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from ._contract import AcquireResult, Lease
 from ._dberrors import translate
+from ._sqlite import SqliteDriver, build_sqlite_statements
 from ._statements import Statements, build_statements
 from ._urls import normalize_url, redact
 from ._validate import (
@@ -77,16 +79,30 @@ class SqlLeaseProvider:
         if not isinstance(engine, AsyncEngine):
             raise LeaseTypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
         dialect = engine.dialect
-        if dialect.name != "postgresql" or dialect.driver != "asyncpg":
+        kind = (dialect.name, dialect.driver)
+        if kind not in (("postgresql", "asyncpg"), ("sqlite", "aiosqlite")):
             raise LeaseValueError(
-                f"SqlLeaseProvider needs a postgresql+asyncpg engine, not {dialect.name}+"
-                f"{dialect.driver}"
+                "SqlLeaseProvider needs a postgresql+asyncpg or sqlite+aiosqlite engine, not "
+                f"{dialect.name}+{dialect.driver}"
             )
+        self._sqlite = dialect.name == "sqlite"
+        if self._sqlite and schema is not None:
+            raise LeaseValueError("SQLite has no schemas: leave schema=None")
         self._engine = engine
         self._owns_engine = False
         self._table_name = table_name
         self._schema = schema
-        self._sql: Statements = build_statements(table_name, schema)
+        self._sql: Statements = (
+            build_sqlite_statements(table_name)
+            if self._sqlite
+            else build_statements(table_name, schema)
+        )
+        busy_ms = max(1, round(self._timeout * 1000 * _SERVER_SHARE))
+        self._sqlite_pragmas = (
+            f"PRAGMA busy_timeout = {busy_ms}",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA synchronous = FULL",
+        )
         self._where = redact(engine.url)
         self._pool = engine.sync_engine.pool
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
@@ -108,7 +124,8 @@ class SqlLeaseProvider:
     ) -> SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
 
-        Accepts ``postgresql://``, ``postgres://`` and ``postgresql+asyncpg://`` URLs. Sets the
+        Accepts ``postgresql://``, ``postgres://`` and ``postgresql+asyncpg://`` URLs, and
+        ``sqlite:///path.db`` / ``sqlite+aiosqlite:///path.db`` for the embedded backend. Sets the
         server-side ``statement_timeout`` and ``lock_timeout`` to 80% of ``timeout`` (so the
         server cancels a stuck statement cleanly before the client-side deadline) and the
         connect timeout to ``connect_timeout``; ``engine_kwargs`` go to `create_async_engine`.
@@ -126,6 +143,22 @@ class SqlLeaseProvider:
         if schema is not None:
             check_identifier("schema", schema)
         connect_args = dict(engine_kwargs.pop("connect_args", {}))
+        if parsed.drivername == "sqlite+aiosqlite":
+            # Autocommit: every statement is its own transaction, as on PostgreSQL.
+            connect_args.setdefault("isolation_level", None)
+            connect_args.setdefault("timeout", seconds * _SERVER_SHARE)
+            engine_kwargs.setdefault("pool_size", 5)
+            engine_kwargs.setdefault("max_overflow", 5)
+            engine_kwargs.setdefault("pool_timeout", seconds)
+            engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
+            provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
+            provider._owns_engine = True
+            if not synchronous_commit:
+                provider._sqlite_pragmas = (
+                    *provider._sqlite_pragmas[:-1],
+                    "PRAGMA synchronous = NORMAL",
+                )
+            return provider
         # The server gives up first, so a statement stuck behind a lock ends in a clean error
         # (nothing applied); the client-side deadline is the backstop for a stalled network.
         millis = str(max(1, round(seconds * 1000 * _SERVER_SHARE)))
@@ -188,6 +221,9 @@ class SqlLeaseProvider:
         for _ in range(_MAX_CHECKOUTS):
             fairy = await greenlet_spawn(self._pool.connect)
             driver = fairy.driver_connection
+            if driver is not None and self._sqlite:
+                # Same calling convention as asyncpg's connection for the statement bodies.
+                driver = SqliteDriver(driver, self._sqlite_pragmas)
             if driver is not None and not driver.is_closed():
                 return fairy, driver
             # Pooled connection died while idle (server restart, terminated backend).
@@ -210,6 +246,9 @@ class SqlLeaseProvider:
                     try:
                         sent = True
                         result = await body(driver)
+                    except sqlite3.Error:
+                        await greenlet_spawn(fairy.close)
+                        raise
                     except asyncpg.PostgresError as exc:
                         broken = _connection_broken(exc)
                         if broken:
@@ -361,16 +400,15 @@ class SqlLeaseProvider:
             return []
         # Duplicates would match one row twice; send each pair once and fan the answer out.
         unique = list(dict.fromkeys(pairs))
-        rows = await self._fetch(
-            "renew_leases",
-            True,
-            self._sql.renew_many,
-            [k for k, _ in unique],
-            [o for _, o in unique],
-            ttl,
-        )
-        by_pair = {unique[ordinal - 1]: (fence, expires) for ordinal, fence, expires in rows}
-        return [by_pair.get(pair) for pair in pairs]
+        renewed: dict[tuple[bytes, bytes], tuple[int, datetime]] = {}
+        step = self._sql.max_batch
+        for start in range(0, len(unique), step):
+            chunk = unique[start : start + step]
+            sql = self._sql.renew_many(len(chunk))
+            args = self._sql.renew_many_args(chunk, ttl)
+            for key, owner, fence, expires in await self._fetch("renew_leases", True, sql, *args):
+                renewed[(key, owner)] = (fence, expires)
+        return [renewed.get(pair) for pair in pairs]
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -411,7 +449,7 @@ class SqlLeaseProvider:
         done = 0
         while batches is None or done < batches:
             rows = await self._fetch("purge_expired", True, self._sql.purge_batch, age, batch)
-            deleted = int(rows[0][0])
+            deleted = len(rows)
             total += deleted
             done += 1
             if deleted < batch:
@@ -432,6 +470,70 @@ class SqlLeaseProvider:
         rows = await self._fetch("now", False, self._sql.now)
         value: datetime = rows[0][0]
         return value
+
+    # -- held leases, waiting and fencing (sql_lease._hold, _wait, _guard) ---------------
+
+    from ._hold import HeldLease as _HeldLease
+    from ._hold import LeaseHook as _LeaseHook
+
+    def hold(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        renew_every_ms: int | None = None,
+        wait_ms: int = 0,
+        cancel_on_loss: bool = True,
+        on_acquired: _LeaseHook | None = None,
+        on_renewed: _LeaseHook | None = None,
+        on_lost: _LeaseHook | None = None,
+        on_released: _LeaseHook | None = None,
+    ) -> _HeldLease:
+        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
+
+        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
+        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
+        """
+        from ._hold import HeldLease
+
+        return HeldLease(
+            self,
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait_ms=wait_ms,
+            cancel_on_loss=cancel_on_loss,
+            on_acquired=on_acquired,
+            on_renewed=on_renewed,
+            on_lost=on_lost,
+            on_released=on_released,
+        )
+
+    async def wait_for_lease(
+        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
+    ) -> AcquireResult:
+        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
+
+        Returns the acquired result, or after the timeout the last one (naming the holder).
+        On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
+        the holder's expiry), so it does not poll; see `sql_lease._wait`.
+        """
+        from ._wait import wait_for_lease
+
+        return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)
+
+    async def guard(self, conn: Any, key: str, fence: int) -> None:
+        """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
+
+        ``conn`` is the caller's SQLAlchemy `AsyncConnection` (PostgreSQL). The row is read
+        ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
+        when ``fence`` is not the live fence. See `sql_lease._guard`.
+        """
+        from ._guard import guard
+
+        await guard(self, conn, key, fence)
 
 
 def _connection_broken(exc: asyncpg.PostgresError) -> bool:

@@ -13,6 +13,7 @@ draws its fence before it reaches the index, so it must never follow a deletion 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._validate import check_identifier
@@ -44,20 +45,23 @@ class Statements:
     renew: str
     #: ($1 key, $2 from, $3 to, $4 ttl_ms) -> (fence, expires_at) when transferred, or no row.
     transfer: str
-    #: ($1 keys[], $2 owners[], $3 ttl_ms) -> (ordinal, fence, expires_at) per renewed item.
-    renew_many: str
+    #: For n pairs: the statement; its arguments come from `renew_many_args`. Rows out:
+    #: (key, owner, fence, expires_at) per renewed pair. At most `max_batch` pairs a statement.
+    renew_many: Callable[[int], str]
+    renew_many_args: Callable[[list[tuple[bytes, bytes]], int], tuple[object, ...]]
     #: ($1 key) -> (owner, fence, released_at) when a live lease was ended, or no row.
     force_release: str
     #: ($1 from_key, $2 below_key or NULL, $3 limit) -> live leases in key order:
     #: (key, owner, fence, expires_at, acquired_at, now).
     list_live: str
-    #: ($1 min_age_ms, $2 batch) -> (count) rows deleted that had been expired for min_age.
+    #: ($1 min_age_ms, $2 batch) -> one row per row deleted (expired for at least min_age).
     purge_batch: str
     #: ($1 key, $2 wait_ms) -> (owner, fence, expires_at) of the live holder; marks the key
     #: wanted so that its release or transfer sends a notification.
     want: str
     #: () -> (now) the database clock.
     now: str
+    max_batch: int = 50_000
 
 
 def build_statements(table_name: str, schema: str | None = None) -> Statements:
@@ -117,6 +121,13 @@ UNION ALL SELECT true, fence, expires_at, NULL FROM upd
 UNION ALL SELECT false, fence, expires_at, owner FROM cur WHERE live
 """.strip()
 
+    renew_many = f"""
+UPDATE {t} AS l SET expires_at = {expiry.format(p="$3")}
+FROM unnest($1::bytea[], $2::bytea[]) AS i(key, owner)
+WHERE l.key = i.key AND l.owner = i.owner AND l.expires_at > clock_timestamp()
+RETURNING l.key, l.owner, l.fence, l.expires_at
+""".strip()
+
     transfer_update = f"""UPDATE {t} SET
     owner = $3,
     fence = CASE WHEN owner = $3 THEN fence ELSE {nextval} END,
@@ -142,12 +153,8 @@ WHERE key = $1 AND owner = $2 AND {live}"""
             f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at"
         ),
         transfer=notifying(transfer_update, "fence, expires_at"),
-        renew_many=f"""
-UPDATE {t} AS l SET expires_at = {expiry.format(p="$3")}
-FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS i(key, owner, ord)
-WHERE l.key = i.key AND l.owner = i.owner AND l.expires_at > clock_timestamp()
-RETURNING i.ord, l.fence, l.expires_at
-""".strip(),
+        renew_many=lambda _: renew_many,
+        renew_many_args=_renew_many_args,
         force_release=notifying(
             f"UPDATE {t} SET expires_at = clock_timestamp() WHERE key = $1 AND {live}",
             "owner, fence, expires_at",
@@ -162,13 +169,11 @@ WITH doomed AS (
     SELECT key FROM {t}
     WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
     LIMIT $2 FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM {t} AS l USING doomed
-    WHERE l.key = doomed.key
-      AND l.expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
-    RETURNING 1
 )
-SELECT count(*) FROM gone
+DELETE FROM {t} AS l USING doomed
+WHERE l.key = doomed.key
+  AND l.expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
+RETURNING 1
 """.strip(),
         want=f"""
 UPDATE {t} SET wanted_until = GREATEST(
@@ -178,3 +183,7 @@ RETURNING owner, fence, expires_at
 """.strip(),
         now="SELECT clock_timestamp()",
     )
+
+
+def _renew_many_args(pairs: list[tuple[bytes, bytes]], ttl: int) -> tuple[object, ...]:
+    return [k for k, _ in pairs], [o for _, o in pairs], ttl

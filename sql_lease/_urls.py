@@ -13,7 +13,8 @@ _POSTGRES_ALIASES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "
 
 
 def normalize_url(url: str | URL) -> URL:
-    """Parse ``url`` and map ``postgresql://``/``postgres://`` onto ``postgresql+asyncpg://``.
+    """Parse ``url``: ``postgresql://``/``postgres://`` become ``postgresql+asyncpg://`` and
+    ``sqlite:///path`` becomes ``sqlite+aiosqlite:///path`` (a file; memory is refused).
 
     Percent-encoded passwords are decoded by the parser; a libpq-style ``sslmode`` query
     parameter becomes asyncpg's ``ssl``. Raises `LeaseValueError` for anything else.
@@ -22,10 +23,17 @@ def normalize_url(url: str | URL) -> URL:
         parsed = url if isinstance(url, URL) else make_url(url)
     except ArgumentError:
         raise LeaseValueError("not a database URL (expected postgresql://user@host/db)") from None
+    if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
+        if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
+            raise LeaseValueError(
+                "an in-memory SQLite database is private to one connection: use a file, "
+                "sqlite:///path/to/leases.db (or InMemoryLeaseProvider within one process)"
+            )
+        return parsed.set(drivername="sqlite+aiosqlite")
     if parsed.drivername not in _POSTGRES_ALIASES:
         raise LeaseValueError(
-            f"unsupported database URL scheme {parsed.drivername!r}: "
-            "use postgresql://, postgres:// or postgresql+asyncpg://"
+            f"unsupported database URL scheme {parsed.drivername!r}: use postgresql://, "
+            "postgres://, postgresql+asyncpg://, or sqlite:///path.db"
         )
     parsed = parsed.set(drivername="postgresql+asyncpg")
     if "sslmode" in parsed.query and "ssl" not in parsed.query:

@@ -85,6 +85,25 @@ def database_url(make_database: Callable[[], str]) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated SQLite database file for this session (the embedded backend)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'leases.db'}"
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider on the session's SQLite file, with the leases table emptied first."""
+    provider = SqlLeaseProvider.from_url(sqlite_url, timeout=10)
+    async with provider.engine.connect() as conn:
+        await conn.exec_driver_sql("DELETE FROM leases")
+        await conn.commit()
+    yield provider
+    await provider.aclose()
+
+
 @pytest.fixture
 async def sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """A provider on the session database, with the leases table emptied first."""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from sql_lease._sqlite import counter_table_name, sqlite_ddl
 from sql_lease.migrate import migration_names
 
 revision: str = "0001"
@@ -18,11 +19,18 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _sqlite() -> bool:
+    return op.get_context().dialect.name == "sqlite"
+
+
 def upgrade() -> None:
     names = migration_names()
     t = names.table
-    # CACHE 1: a per-session cache would hand out fences out of order across connections.
-    op.execute(sa.schema.CreateSequence(sa.Sequence(names.sequence, schema=names.schema, cache=1)))
+    if not _sqlite():
+        # CACHE 1: a per-session cache would hand out fences out of order across connections.
+        op.execute(
+            sa.schema.CreateSequence(sa.Sequence(names.sequence, schema=names.schema, cache=1))
+        )
     op.create_table(
         t,
         sa.Column("key", sa.LargeBinary(), nullable=False, comment="UTF-8 bytes of the lease key"),
@@ -37,9 +45,16 @@ def upgrade() -> None:
         postgresql_with={"fillfactor": 70},
         comment="sql_lease: one row per lease key",
     )
+    if _sqlite():
+        # No sequences in SQLite: a one-row counter that triggers keep ahead of every fence.
+        for statement in sqlite_ddl(t):
+            op.execute(statement)
 
 
 def downgrade() -> None:
     names = migration_names()
-    op.drop_table(names.table, schema=names.schema)
-    op.execute(sa.schema.DropSequence(sa.Sequence(names.sequence, schema=names.schema)))
+    op.drop_table(names.table, schema=names.schema)  # SQLite drops the triggers with it
+    if _sqlite():
+        op.drop_table(counter_table_name(names.table))
+    else:
+        op.execute(sa.schema.DropSequence(sa.Sequence(names.sequence, schema=names.schema)))

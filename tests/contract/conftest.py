@@ -6,7 +6,7 @@ import pytest
 
 from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider
 
-PROVIDERS = ["memory", "postgresql"]
+PROVIDERS = ["memory", "postgresql", "sqlite"]
 
 
 @pytest.fixture(params=PROVIDERS)
@@ -15,5 +15,6 @@ def provider(
 ) -> InMemoryLeaseProvider | SqlLeaseProvider:
     if request.param == "memory":
         return InMemoryLeaseProvider()
-    sql: SqlLeaseProvider = request.getfixturevalue("sql_provider")
+    fixture = {"postgresql": "sql_provider", "sqlite": "sqlite_provider"}[request.param]
+    sql: SqlLeaseProvider = request.getfixturevalue(fixture)
     return sql

@@ -154,10 +154,9 @@ async def test_custom_table_and_schema(make_database: Callable[[], str]) -> None
 def _drift(url: str, table: str, schema: str | None) -> list[object]:
     metadata = MetaData()
     lease_table(metadata, table, schema)
-    owned = {table, f"{table}_fence_seq"}
 
     def include(obj: object, name: str | None, type_: str, *_: object) -> bool:
-        return type_ != "table" or name in owned
+        return type_ != "table" or name == table
 
     def compare(conn: object) -> list[object]:
         ctx = MigrationContext.configure(
@@ -238,3 +237,40 @@ def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
     assert probe.returncode == 0, probe.stderr
     assert str(tmp_path / "site" / "sql_lease" / "_migrations") in probe.stdout
     assert "CREATE TABLE leases (" in probe.stdout
+
+
+def test_sqlite_migrations_apply_check_drift_and_remove_everything(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'leases.db'}"
+    assert migrate.check(url) is False
+    migrate.upgrade(url)
+    assert migrate.check(url) is True
+    assert _drift(url, "leases", None) == []
+
+    async def names() -> set[str]:
+        engine = create_async_engine(normalize_url(url))
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.exec_driver_sql(
+                    "SELECT type || ':' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+                )
+                return {r[0] for r in rows}
+        finally:
+            await engine.dispose()
+
+    assert {
+        "table:leases",
+        "table:leases_fence_seq",
+        "table:leases_alembic_version",
+        "trigger:leases_fence_ins",
+        "trigger:leases_fence_upd",
+    } <= asyncio.run(names())
+    migrate.downgrade(url)
+    assert asyncio.run(names()) == set()
+
+
+def test_sqlite_offline_sql_has_the_counter_and_triggers() -> None:
+    out = migrate.upgrade("sqlite:///unused.db", sql=True)
+    assert out is not None
+    assert 'CREATE TABLE "leases_fence_seq"' in out
+    assert 'CREATE TRIGGER "leases_fence_ins"' in out
+    assert "CREATE SEQUENCE" not in out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import uuid
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timedelta
@@ -104,8 +105,18 @@ def test_the_history_checker_catches_two_live_owners() -> None:
         check_history(nameless)
 
 
-def test_processes_racing_on_hot_keys_never_see_two_live_owners(database_url: str) -> None:
-    keys = ["hot\0a", "hot\0b", "hot"]
+@pytest.fixture(params=["postgresql", "sqlite"])
+def race_url(request: pytest.FixtureRequest) -> str:
+    """The database every racing process connects to: PostgreSQL, or one SQLite file."""
+    fixture = {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+def test_processes_racing_on_hot_keys_never_see_two_live_owners(race_url: str) -> None:
+    database_url = race_url
+    run = uuid.uuid4().hex[:8]  # the session database is shared with other tests
+    keys = [f"{run}\0hot\0a", f"{run}\0hot\0b", f"{run}\0hot"]
     workers = 4
     with pool(workers) as ex:
         futures = [ex.submit(hammer, database_url, w, keys, 4.0, 1000 + w) for w in range(workers)]
@@ -123,10 +134,14 @@ def test_processes_racing_on_hot_keys_never_see_two_live_owners(database_url: st
     print(stats, dict(by_op), "acquire re-runs:", sum(r["reruns"] for r in results))
 
 
-async def test_transfer_along_a_chain_leaves_no_gap_for_racers(
-    database_url: str, sql_provider: SqlLeaseProvider
-) -> None:
-    key = "chain\0key"
+async def test_transfer_along_a_chain_leaves_no_gap_for_racers(race_url: str) -> None:
+    database_url = race_url
+    async with SqlLeaseProvider.from_url(database_url) as sql_provider:
+        await _chain_race(database_url, sql_provider)
+
+
+async def _chain_race(database_url: str, sql_provider: SqlLeaseProvider) -> None:
+    key = f"chain\0{uuid.uuid4().hex}"
     assert (await sql_provider.acquire_lease(key, "chain-0", 60_000)).acquired
     with pool(4) as ex:
         racers = [ex.submit(racer, database_url, w, key, 3.0) for w in range(3)]
