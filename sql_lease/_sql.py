@@ -14,11 +14,11 @@ import asyncpg
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolProxiedConnection
-from sqlalchemy.util import greenlet_spawn
 
+from ._connections import Connections
 from ._contract import AcquireResult, Lease
 from ._dberrors import translate
-from ._sqlite import SqliteDriver, build_sqlite_statements
+from ._sqlite import build_sqlite_statements
 from ._statements import Statements, build_statements
 from ._urls import normalize_url, redact
 from ._validate import (
@@ -104,7 +104,11 @@ class SqlLeaseProvider:
             "PRAGMA synchronous = FULL",
         )
         self._where = redact(engine.url)
-        self._pool = engine.sync_engine.pool
+        self._connections = Connections(
+            engine.sync_engine.pool,
+            hold=False,
+            sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
+        )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         #: How often acquire ran its statement again because a concurrent writer committed
         #: between its snapshot and its write (diagnostics; see `_statements`).
@@ -152,12 +156,12 @@ class SqlLeaseProvider:
             engine_kwargs.setdefault("pool_timeout", seconds)
             engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
             provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
-            provider._owns_engine = True
             if not synchronous_commit:
                 provider._sqlite_pragmas = (
                     *provider._sqlite_pragmas[:-1],
                     "PRAGMA synchronous = NORMAL",
                 )
+            provider._own_engine()
             return provider
         # The server gives up first, so a statement stuck behind a lock ends in a clean error
         # (nothing applied); the client-side deadline is the backstop for a stalled network.
@@ -175,8 +179,17 @@ class SqlLeaseProvider:
         engine_kwargs.setdefault("pool_timeout", seconds)
         engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
         provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
-        provider._owns_engine = True
+        provider._own_engine()
         return provider
+
+    def _own_engine(self) -> None:
+        # Nobody else uses this engine: keep connections between calls (see `_connections`).
+        self._owns_engine = True
+        self._connections = Connections(
+            self._engine.sync_engine.pool,
+            hold=True,
+            sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
+        )
 
     @property
     def engine(self) -> AsyncEngine:
@@ -200,6 +213,7 @@ class SqlLeaseProvider:
         """Dispose of the engine if this provider created it (`from_url`)."""
         if self._cleanup_tasks:
             await asyncio.wait(list(self._cleanup_tasks), timeout=_CANCEL_GRACE)
+        await self._connections.close()
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -217,20 +231,6 @@ class SqlLeaseProvider:
 
     # -- execution -----------------------------------------------------------------------
 
-    async def _checkout(self) -> tuple[PoolProxiedConnection, asyncpg.Connection]:
-        for _ in range(_MAX_CHECKOUTS):
-            fairy = await greenlet_spawn(self._pool.connect)
-            driver = fairy.driver_connection
-            if driver is not None and self._sqlite:
-                # Same calling convention as asyncpg's connection for the statement bodies.
-                driver = SqliteDriver(driver, self._sqlite_pragmas)
-            if driver is not None and not driver.is_closed():
-                return fairy, driver
-            # Pooled connection died while idle (server restart, terminated backend).
-            fairy.invalidate()
-            await greenlet_spawn(fairy.close)
-        raise LeaseDatabaseError("no usable connection in the pool", operation="checkout")
-
     async def _run(self, operation: str, write: bool, body: Body[T]) -> T:
         """Run ``body`` on a pooled asyncpg connection within the timeout; translate failures.
 
@@ -239,28 +239,29 @@ class SqlLeaseProvider:
         repeated: it raises with ``outcome_unknown=True``.
         """
         sent = False
+        connections = self._connections
         try:
             async with asyncio.timeout(self._timeout):
                 for attempt in range(_MAX_CHECKOUTS):
-                    fairy, driver = await self._checkout()
+                    fairy, driver = await connections.get()
                     try:
                         sent = True
                         result = await body(driver)
                     except sqlite3.Error:
-                        await greenlet_spawn(fairy.close)
+                        await connections.put(fairy, driver)
                         raise
                     except asyncpg.PostgresError as exc:
                         broken = _connection_broken(exc)
                         if broken:
-                            fairy.invalidate()
-                        await greenlet_spawn(fairy.close)
+                            await connections.drop(fairy)
+                        else:
+                            await connections.put(fairy, driver)
                         if broken and not write and attempt == 0:
                             continue
                         raise
                     except (asyncpg.InterfaceError, asyncpg.InternalClientError):
                         # asyncpg refused before sending: the connection died while idle.
-                        fairy.invalidate()
-                        await greenlet_spawn(fairy.close)
+                        await connections.drop(fairy)
                         sent = False
                         continue
                     except (asyncio.CancelledError, TimeoutError):
@@ -270,12 +271,11 @@ class SqlLeaseProvider:
                         self._discard_later(fairy, driver)
                         raise
                     except BaseException as exc:
-                        fairy.invalidate()
-                        await greenlet_spawn(fairy.close)
+                        await connections.drop(fairy)
                         if isinstance(exc, OSError) and not write and attempt == 0:
                             continue
                         raise
-                    await greenlet_spawn(fairy.close)
+                    await connections.put(fairy, driver)
                     return result
                 raise LeaseDatabaseError("no usable connection", operation=operation)
         except LeaseError:
@@ -301,8 +301,7 @@ class SqlLeaseProvider:
             if pending:
                 await asyncio.wait(pending, timeout=_CANCEL_GRACE)
         finally:
-            fairy.invalidate()
-            await greenlet_spawn(fairy.close)
+            await self._connections.drop(fairy)
 
     async def _fetch(self, operation: str, write: bool, sql: str, *args: object) -> list[Any]:
         async def body(conn: asyncpg.Connection) -> list[Any]:

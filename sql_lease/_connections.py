@@ -1,0 +1,118 @@
+"""Connections for the provider's statements, taken from the engine's SQLAlchemy pool.
+
+Checking a connection out of SQLAlchemy's async pool and back in costs two greenlet switches
+per call, more than the statement itself on a fast network. A provider that owns its engine
+therefore keeps the connections it has used checked out and reuses them directly: never more
+than the pool's size plus overflow (callers beyond that wait here for one to come back), and
+each is handed back to the pool after `MAX_HOLD` seconds so that the pool's recycling and
+disposal still apply. With an engine the caller owns, every connection goes back to the
+caller's pool after each call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Any, Final
+
+from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
+from sqlalchemy.util import greenlet_spawn
+
+from ._sqlite import SqliteDriver
+from .errors import LeaseDatabaseError
+
+__all__ = ["Connections"]
+
+MAX_HOLD: Final = 60.0  # seconds a connection stays out of the pool between returns
+_MAX_DEAD: Final = 64  # dead connections skipped in one checkout before giving up
+_OUT_SINCE: Final = "sql_lease_out"
+
+
+class Connections:
+    """Hands out (pool connection, driver connection) pairs; see the module docstring."""
+
+    __slots__ = ("_idle", "_limit", "_out", "_pool", "_sqlite_pragmas", "_waiters")
+
+    def __init__(self, pool: Pool, *, hold: bool, sqlite_pragmas: tuple[str, ...] | None) -> None:
+        self._pool = pool
+        self._sqlite_pragmas = sqlite_pragmas
+        # Holding needs a known bound on the pool: a QueuePool's size plus overflow.
+        self._limit: int | None = None
+        if hold and isinstance(pool, QueuePool) and pool._max_overflow >= 0:
+            self._limit = pool.size() + pool._max_overflow
+        self._out = 0  # connections checked out of the pool by us, busy or idle
+        self._idle: list[tuple[PoolProxiedConnection, Any]] = []
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def get(self) -> tuple[PoolProxiedConnection, Any]:
+        """A live connection; one that died while idle is dropped and replaced."""
+        for _ in range(_MAX_DEAD):
+            while not self._idle and self._limit is not None and self._out >= self._limit:
+                await self._wait()
+            if self._idle:
+                fairy, driver = self._idle.pop()
+            else:
+                fairy, driver = await self._checkout()
+            if not driver.is_closed():
+                return fairy, driver
+            await self.drop(fairy)  # died while idle (server restart, terminated backend)
+        raise LeaseDatabaseError("no usable connection in the pool", operation="checkout")
+
+    async def _checkout(self) -> tuple[PoolProxiedConnection, Any]:
+        self._out += 1
+        try:
+            fairy = await greenlet_spawn(self._pool.connect)
+        except BaseException:
+            self._out -= 1
+            self._wake()
+            raise
+        fairy.info[_OUT_SINCE] = time.monotonic()
+        driver = fairy.driver_connection
+        if self._sqlite_pragmas is not None:
+            driver = SqliteDriver(driver, self._sqlite_pragmas)
+        return fairy, driver
+
+    async def _wait(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._wake()  # we were woken but leave: pass the turn on
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def put(self, fairy: PoolProxiedConnection, driver: Any) -> None:
+        """Take back a healthy connection after a call."""
+        if self._limit is not None and time.monotonic() - fairy.info[_OUT_SINCE] < MAX_HOLD:
+            self._idle.append((fairy, driver))
+            self._wake()
+            return
+        self._out -= 1
+        self._wake()
+        await greenlet_spawn(fairy.close)
+
+    async def drop(self, fairy: PoolProxiedConnection) -> None:
+        """Discard a broken connection (the pool opens a new one when needed)."""
+        self._out -= 1
+        self._wake()
+        fairy.invalidate()
+        await greenlet_spawn(fairy.close)
+
+    async def close(self) -> None:
+        """Return every idle connection to the pool."""
+        idle, self._idle = self._idle, []
+        for fairy, _ in idle:
+            self._out -= 1
+            await greenlet_spawn(fairy.close)
