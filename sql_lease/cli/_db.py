@@ -1,0 +1,75 @@
+"""Which database a command uses: ``--url``, ``SQL_LEASE_DATABASE_URL``, or the default."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from ..migrate import ENV_URL
+from ._errors import CliError, ExitCode
+
+__all__ = ["Target", "embedded_url", "resolve", "state_dir"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A resolved database: ``embedded`` ones are migrated automatically before use."""
+
+    url: str
+    embedded: bool = False
+    note: str | None = None  #: shown on stderr when the user did not name the database
+
+    @property
+    def shown(self) -> str:
+        """The URL with its password masked."""
+        try:
+            return make_url(self.url).render_as_string(hide_password=True)
+        except ArgumentError:
+            return "(unparsable URL)"
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        try:
+            password = make_url(self.url).password
+        except ArgumentError:
+            return ()
+        return (str(password),) if password else ()
+
+
+def state_dir() -> Path:
+    """Where the embedded database of the commands lives (``$XDG_STATE_HOME/sql-lease``)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "sql-lease"
+
+
+def embedded_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def resolve(url: str | None, *, embedded_path: Path | None = None) -> Target:
+    """``url`` if given, else the environment, else the embedded SQLite default.
+
+    ``embedded_path`` is the SQLite file to use by default (the demo passes a temporary one);
+    it defaults to ``leases.db`` in `state_dir`.
+    """
+    if url:
+        return Target(url)
+    from_env = os.environ.get(ENV_URL)
+    if from_env:
+        return Target(from_env)
+    path = embedded_path or state_dir() / "leases.db"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"cannot create {path.parent}: {exc.strerror}", ExitCode.UNREACHABLE
+        ) from exc
+    return Target(
+        embedded_url(path),
+        embedded=True,
+        note=f"no --url or {ENV_URL}: using the embedded SQLite database at {path}",
+    )

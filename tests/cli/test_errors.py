@@ -1,0 +1,99 @@
+"""Expected failures: one line on stderr, a documented exit code, never a password."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import Cli
+
+SECRET = "Sup3r-Secret"
+CLOSED_PORT = f"postgresql://lease_user:{SECRET}@127.0.0.1:1/leases"
+
+
+def assert_one_clean_line(err: str) -> None:
+    assert len(err.splitlines()) == 1 and err.startswith("sql-lease"), err
+    assert SECRET not in err and "Traceback" not in err
+
+
+def test_as_a_process_an_unreachable_database_exits_3(cli: Cli) -> None:
+    result = cli("get", "k", "--url", CLOSED_PORT, "--timeout", "3s")
+    assert result.code == 3, result.err
+    assert_one_clean_line(result.err)
+    assert "127.0.0.1:1" in result.err and SECRET not in result.out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("acquire", "k", "o", "--ttl", "15s"),
+        ("renew", "k", "o"),
+        ("transfer", "k", "a", "b"),
+        ("release", "k", "o"),
+        ("force-release", "k"),
+        ("list", "--json"),
+        ("purge",),
+        ("migrate",),
+        ("current",),
+        ("downgrade", "--yes"),
+        ("check",),
+        ("demo",),
+    ],
+)
+def test_every_command_reports_an_unreachable_database_as_exit_3(
+    sql_lease: Cli, args: tuple[str, ...]
+) -> None:
+    result = sql_lease(*args, "--url", CLOSED_PORT)
+    assert result.code == 3, result.err
+    assert_one_clean_line(result.err)
+    assert result.out == ""
+
+
+def test_as_a_process_a_bad_duration_exits_2(cli: Cli) -> None:
+    result = cli("acquire", "k", "o", "--ttl", "15x")
+    assert result.code == 2
+    assert result.err_lines == [
+        "sql-lease acquire: error: Invalid value for '--ttl': '15x' is not a duration: write a "
+        "number and a unit, like 500ms, 15s, 2m (see --help)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("acquire", "k", "o", "--ttl", "15"), "write a number and a unit"),
+        (("renew", "k", "o", "--ttl", "0ms"), "at least 1ms"),
+        (("acquire", "k", "o", "--ttl", "400d"), "365 days"),
+        (("get", r"a\qb"), r"unknown escape \q"),
+        (("get", ""), "must not be empty"),
+        (("get", "x" * 1025), "1024"),
+        (("list", "--prefix", "a\\"), "lone backslash"),
+        (("acquire", "k"), "Missing argument 'OWNER'"),
+        (("nonsense",), "No such command"),
+        (("get", "k", "--url", f"mysql://u:{SECRET}@h/db"), "unsupported database URL scheme"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    sql_lease: Cli, args: tuple[str, ...], says: str
+) -> None:
+    result = sql_lease(*args)
+    assert result.code == 2
+    assert_one_clean_line(result.err)
+    assert says in result.err
+
+
+def test_the_help_lists_exit_codes(sql_lease: Cli) -> None:
+    result = sql_lease("--help")
+    assert result.code == 0
+    assert "Exit codes:" in result.out and "3  database unreachable" in result.out
+
+
+def test_without_the_cli_extra_a_clear_message_names_the_install_command() -> None:
+    code = "import sys; sys.modules['click'] = None; from sql_lease.cli import main; main(['list'])"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 2
+    assert "pip install 'sql-lease[cli]'" in result.stderr and "Traceback" not in result.stderr
