@@ -5,6 +5,7 @@ gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contra
 """
 
 from ._contract import AcquireResult, Lease, LeaseProvider, is_lease_provider
+from ._hold import HeldLease, LeaseHook, LeaseLost, LeaseNotAcquired
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
 from ._sql import SqlLeaseProvider
@@ -24,11 +25,15 @@ __version__ = "0.1.0"
 __all__ = [
     "NOOP_LEASE_PROVIDER",
     "AcquireResult",
+    "HeldLease",
     "InMemoryLeaseProvider",
     "Lease",
     "LeaseConnectionError",
     "LeaseDatabaseError",
     "LeaseError",
+    "LeaseHook",
+    "LeaseLost",
+    "LeaseNotAcquired",
     "LeaseProvider",
     "LeaseSchemaError",
     "LeaseTimeoutError",

@@ -199,3 +199,79 @@ class InMemoryLeaseProvider:
 
     def __repr__(self) -> str:
         return f"InMemoryLeaseProvider(leases={len(self._leases)})"
+
+    # -- held leases and waiting (sql_lease._hold, _wait) ---------------------------------
+
+    from ._hold import HeldLease as _HeldLease
+    from ._hold import LeaseHook as _LeaseHook
+
+    async def now(self) -> datetime:
+        """This provider's clock as an aware datetime (the clock that judges expiry)."""
+        with self._lock:
+            return self._wall(self._clock())
+
+    async def _renew_many(
+        self, items: Iterable[tuple[str, str]], ttl_ms: int
+    ) -> list[tuple[int, datetime] | None]:
+        """Renew many leases; per item (fence, new expiry), or None when it was not held."""
+        pairs = [(k.decode(), o.decode()) for k, o in check_items(items)]
+        check_ttl(ttl_ms)
+        with self._lock:
+            now = self._clock()
+            out: list[tuple[int, datetime] | None] = []
+            for key, owner in pairs:
+                entry = self._live(key, now)
+                if entry is None or entry.owner != owner:
+                    out.append(None)
+                    continue
+                entry.expires = now + ttl_ms / 1000
+                out.append((entry.fence, self._wall(entry.expires)))
+            return out
+
+    def hold(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        renew_every_ms: int | None = None,
+        wait_ms: int = 0,
+        cancel_on_loss: bool = True,
+        on_acquired: _LeaseHook | None = None,
+        on_renewed: _LeaseHook | None = None,
+        on_lost: _LeaseHook | None = None,
+        on_released: _LeaseHook | None = None,
+    ) -> _HeldLease:
+        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
+
+        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
+        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
+        """
+        from ._hold import HeldLease
+
+        return HeldLease(
+            self,
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait_ms=wait_ms,
+            cancel_on_loss=cancel_on_loss,
+            on_acquired=on_acquired,
+            on_renewed=on_renewed,
+            on_lost=on_lost,
+            on_released=on_released,
+        )
+
+    async def wait_for_lease(
+        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
+    ) -> AcquireResult:
+        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
+
+        Returns the acquired result, or after the timeout the last one (naming the holder).
+        In memory a waiter re-checks every 50 ms and at the holder's expiry; releases made
+        through `hold` wake it at once. See `sql_lease._wait`.
+        """
+        from ._wait import wait_for_lease
+
+        return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)

@@ -1,0 +1,117 @@
+"""Held leases through database trouble: transient errors are retried, only expiry is loss."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from sql_lease import HeldLease, LeaseLost, LeaseTimeoutError, SqlLeaseProvider
+
+
+def connect(database_url: str) -> psycopg.Connection:
+    u = make_url(database_url)
+    return psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database)
+
+
+def terminate_backends(database_url: str) -> int:
+    """Kill every connection of the providers (application_name 'sql_lease') on the database."""
+    with connect(database_url) as conn:
+        conn.autocommit = True
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'sql_lease'"
+            " AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.fixture
+def row_locker(database_url: str) -> Iterator[psycopg.Connection]:
+    conn = connect(database_url)
+    yield conn
+    conn.rollback()
+    conn.close()
+
+
+@pytest.fixture
+async def quick(
+    database_url: str, sql_provider: SqlLeaseProvider
+) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider whose statements give up after 0.3 s, on the emptied table."""
+    provider = SqlLeaseProvider.from_url(database_url, timeout=0.3)
+    yield provider
+    await provider.aclose()
+
+
+async def test_renewal_survives_terminated_backends_without_reporting_loss(
+    database_url: str, sql_provider: SqlLeaseProvider
+) -> None:
+    async with sql_provider.hold("k", "a", 2_000, renew_every_ms=200) as lease:
+        killed = 0
+        for _ in range(4):
+            await asyncio.sleep(0.3)
+            killed += terminate_backends(database_url)
+        await asyncio.sleep(0.4)
+        assert killed >= 2
+        assert lease.held and not lease.lost
+        assert lease.renewals >= 5
+        assert await sql_provider.get_lease_owner("k") == "a"
+    assert await sql_provider.get_lease_owner("k") is None
+
+
+async def test_failed_renewals_are_retried_until_the_database_answers(
+    quick: SqlLeaseProvider, row_locker: psycopg.Connection
+) -> None:
+    async with quick.hold("k", "a", 2_000, renew_every_ms=200) as lease:
+        row_locker.execute("SELECT * FROM leases WHERE key = 'k'::bytea FOR UPDATE")
+        await asyncio.sleep(0.9)  # renewals time out on the row lock, with backoff
+        row_locker.rollback()
+        errors = lease.renew_errors
+        await asyncio.sleep(0.5)
+        assert errors >= 2
+        assert lease.held and not lease.lost
+        renewed = await quick.get_lease("k")
+        assert renewed is not None and renewed.owner == "a"
+        assert lease.expires_at == renewed.expires_at
+
+
+async def test_renewals_failing_until_expiry_are_a_loss(
+    quick: SqlLeaseProvider, row_locker: psycopg.Connection
+) -> None:
+    reached = False
+    box: list[HeldLease] = []
+
+    async def body() -> None:
+        nonlocal reached
+        async with quick.hold("k", "a", 900, renew_every_ms=200) as lease:
+            box.append(lease)
+            row_locker.execute("SELECT * FROM leases WHERE key = 'k'::bytea FOR UPDATE")
+            await asyncio.sleep(3)
+            reached = True
+
+    with pytest.raises(LeaseLost, match="expired before it could be renewed") as info:
+        await body()
+    row_locker.rollback()
+    assert not reached
+    assert box[0].renew_errors >= 2 and box[0].lost
+    assert "renewal attempts failed" in info.value.reason
+
+
+async def test_a_transfer_that_fails_in_the_database_leaves_the_lease_held(
+    quick: SqlLeaseProvider, row_locker: psycopg.Connection
+) -> None:
+    async with quick.hold("k", "a", 3_000, renew_every_ms=300) as lease:
+        row_locker.execute("SELECT * FROM leases WHERE key = 'k'::bytea FOR UPDATE")
+        with pytest.raises(LeaseTimeoutError):
+            await lease.transfer_to("b")
+        row_locker.rollback()
+        assert lease.held and lease.handed_to is None
+        renewals = lease.renewals
+        await asyncio.sleep(0.5)
+        assert lease.renewals > renewals  # renewing again
+        assert await quick.get_lease_owner("k") == "a"
+    assert await quick.get_lease_owner("k") is None
