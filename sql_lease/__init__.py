@@ -9,6 +9,7 @@ from ._hold import HeldLease, LeaseHook, LeaseLost, LeaseNotAcquired
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
 from ._sql import SqlLeaseProvider
+from .coordinator import Coordinator
 from .errors import (
     LeaseConnectionError,
     LeaseDatabaseError,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "NOOP_LEASE_PROVIDER",
     "AcquireResult",
+    "Coordinator",
     "HeldLease",
     "InMemoryLeaseProvider",
     "Lease",

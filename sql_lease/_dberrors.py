@@ -20,7 +20,7 @@ from .errors import (
     LeaseTimeoutError,
 )
 
-__all__ = ["translate"]
+__all__ = ["is_connection_failure", "translate"]
 
 # SQLSTATEs whose statement certainly did not take effect: it was cancelled or never ran.
 _TIMEOUT_STATES = frozenset({"57014", "55P03"})  # query_canceled, lock_not_available
@@ -38,6 +38,34 @@ def _sqlstate(exc: BaseException) -> str | None:
             return state
         cur = getattr(cur, "orig", None) or cur.__cause__
     return None
+
+
+_CONNECTION_TYPES = (
+    OSError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # protocol confused by a backend killed mid-handshake
+    sa_exc.InterfaceError,
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and all(cur is not s for s in seen):
+        seen.append(cur)
+        cur = getattr(cur, "orig", None) or cur.__cause__
+    return seen
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it wraps) says the connection failed or broke."""
+    for link in _chain(exc):
+        state = getattr(link, "sqlstate", None)
+        if isinstance(state, str) and state.startswith(_CONNECTION_PREFIXES):
+            return True
+        if isinstance(link, _CONNECTION_TYPES):
+            return True
+    return False
 
 
 def _driver_message(exc: BaseException) -> str:
@@ -88,9 +116,7 @@ def translate(
             operation=operation,
             outcome_unknown=sent,
         )
-    if isinstance(
-        exc, OSError | asyncpg.InterfaceError | sa_exc.InterfaceError | sa_exc.OperationalError
-    ):
+    if isinstance(exc, sa_exc.OperationalError) or is_connection_failure(exc):
         return LeaseConnectionError(
             f"{operation}: cannot reach {where} ({detail})",
             operation=operation,

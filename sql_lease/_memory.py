@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ._contract import AcquireResult, Lease
+from ._hold import HeldLease, LeaseHook
 from ._validate import check_items, check_limit, check_millis, check_name, check_prefix, check_ttl
+from ._wait import wait_for_lease
 
 __all__ = ["InMemoryLeaseProvider"]
 
@@ -202,9 +204,6 @@ class InMemoryLeaseProvider:
 
     # -- held leases and waiting (sql_lease._hold, _wait) ---------------------------------
 
-    from ._hold import HeldLease as _HeldLease
-    from ._hold import LeaseHook as _LeaseHook
-
     async def now(self) -> datetime:
         """This provider's clock as an aware datetime (the clock that judges expiry)."""
         with self._lock:
@@ -237,18 +236,16 @@ class InMemoryLeaseProvider:
         renew_every_ms: int | None = None,
         wait_ms: int = 0,
         cancel_on_loss: bool = True,
-        on_acquired: _LeaseHook | None = None,
-        on_renewed: _LeaseHook | None = None,
-        on_lost: _LeaseHook | None = None,
-        on_released: _LeaseHook | None = None,
-    ) -> _HeldLease:
+        on_acquired: LeaseHook | None = None,
+        on_renewed: LeaseHook | None = None,
+        on_lost: LeaseHook | None = None,
+        on_released: LeaseHook | None = None,
+    ) -> HeldLease:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
         See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
         to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
         """
-        from ._hold import HeldLease
-
         return HeldLease(
             self,
             key,
@@ -272,6 +269,4 @@ class InMemoryLeaseProvider:
         In memory a waiter re-checks every 50 ms and at the holder's expiry; releases made
         through `hold` wake it at once. See `sql_lease._wait`.
         """
-        from ._wait import wait_for_lease
-
         return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -12,15 +11,17 @@ from typing import Any, Self, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ._connections import Connections
 from ._contract import AcquireResult, Lease
-from ._dberrors import translate
+from ._dberrors import is_connection_failure, translate
+from ._guard import guard
+from ._hold import HeldLease, LeaseHook
 from ._sqlite import build_sqlite_statements
 from ._statements import Statements, build_statements
-from ._urls import normalize_url, redact
+from ._urls import build_engine, normalize_url, redact
 from ._validate import (
     check_identifier,
     check_items,
@@ -30,6 +31,7 @@ from ._validate import (
     check_prefix,
     check_ttl,
 )
+from ._wait import close_listener, wait_for_lease
 from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
 from .schema import DEFAULT_TABLE
 
@@ -40,6 +42,7 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 _MAX_CHECKOUTS = 64  # dead pooled connections skipped before giving up (bounded by timeout too)
 _CANCEL_GRACE = 5.0  # seconds a cancelled statement's cancel request may take in the background
 _SERVER_SHARE = 0.8  # server-side statement/lock timeout as a share of the client-side timeout
+_MAX_SECONDS = 86_400.0  # a day; PostgreSQL's statement_timeout tops out at about 24 days
 
 logger = logging.getLogger("sql_lease")
 
@@ -50,8 +53,11 @@ Body = Callable[[asyncpg.Connection], Awaitable[T]]
 def _check_seconds(what: str, value: object) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise LeaseTypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not (value > 0 and math.isfinite(value)):
-        raise LeaseValueError(f"{what} must be a positive number of seconds, not {value!r}")
+    if not (0 < value <= _MAX_SECONDS):
+        raise LeaseValueError(
+            f"{what} must be a number of seconds above 0 and at most {_MAX_SECONDS:.0f} "
+            f"(one day), not {value!r}"
+        )
     return float(value)
 
 
@@ -154,7 +160,7 @@ class SqlLeaseProvider:
             engine_kwargs.setdefault("pool_size", 5)
             engine_kwargs.setdefault("max_overflow", 5)
             engine_kwargs.setdefault("pool_timeout", seconds)
-            engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
+            engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
             provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
             if not synchronous_commit:
                 provider._sqlite_pragmas = (
@@ -177,7 +183,7 @@ class SqlLeaseProvider:
         engine_kwargs.setdefault("pool_size", 10)
         engine_kwargs.setdefault("max_overflow", 10)
         engine_kwargs.setdefault("pool_timeout", seconds)
-        engine = create_async_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
         provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
         provider._own_engine()
         return provider
@@ -213,6 +219,7 @@ class SqlLeaseProvider:
         """Dispose of the engine if this provider created it (`from_url`)."""
         if self._cleanup_tasks:
             await asyncio.wait(list(self._cleanup_tasks), timeout=_CANCEL_GRACE)
+        await close_listener(self)
         await self._connections.close()
         if self._owns_engine:
             await self._engine.dispose()
@@ -243,7 +250,13 @@ class SqlLeaseProvider:
         try:
             async with asyncio.timeout(self._timeout):
                 for attempt in range(_MAX_CHECKOUTS):
-                    fairy, driver = await connections.get()
+                    try:
+                        fairy, driver = await connections.get()
+                    except Exception as exc:
+                        # Nothing was sent yet: one more try on a fresh connection is safe.
+                        if attempt == 0 and is_connection_failure(exc):
+                            continue
+                        raise
                     try:
                         sent = True
                         result = await body(driver)
@@ -472,9 +485,6 @@ class SqlLeaseProvider:
 
     # -- held leases, waiting and fencing (sql_lease._hold, _wait, _guard) ---------------
 
-    from ._hold import HeldLease as _HeldLease
-    from ._hold import LeaseHook as _LeaseHook
-
     def hold(
         self,
         key: str,
@@ -484,18 +494,16 @@ class SqlLeaseProvider:
         renew_every_ms: int | None = None,
         wait_ms: int = 0,
         cancel_on_loss: bool = True,
-        on_acquired: _LeaseHook | None = None,
-        on_renewed: _LeaseHook | None = None,
-        on_lost: _LeaseHook | None = None,
-        on_released: _LeaseHook | None = None,
-    ) -> _HeldLease:
+        on_acquired: LeaseHook | None = None,
+        on_renewed: LeaseHook | None = None,
+        on_lost: LeaseHook | None = None,
+        on_released: LeaseHook | None = None,
+    ) -> HeldLease:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
         See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
         to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
         """
-        from ._hold import HeldLease
-
         return HeldLease(
             self,
             key,
@@ -519,8 +527,6 @@ class SqlLeaseProvider:
         On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
         the holder's expiry), so it does not poll; see `sql_lease._wait`.
         """
-        from ._wait import wait_for_lease
-
         return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)
 
     async def guard(self, conn: Any, key: str, fence: int) -> None:
@@ -530,8 +536,6 @@ class SqlLeaseProvider:
         ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
         when ``fence`` is not the live fence. See `sql_lease._guard`.
         """
-        from ._guard import guard
-
         await guard(self, conn, key, fence)
 
 

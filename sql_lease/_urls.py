@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .errors import LeaseValueError
 
-__all__ = ["normalize_url", "redact"]
+__all__ = ["build_engine", "normalize_url", "redact"]
 
 _POSTGRES_ALIASES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
@@ -21,8 +24,12 @@ def normalize_url(url: str | URL) -> URL:
     """
     try:
         parsed = url if isinstance(url, URL) else make_url(url)
-    except ArgumentError:
-        raise LeaseValueError("not a database URL (expected postgresql://user@host/db)") from None
+    except (ArgumentError, ValueError, TypeError) as exc:
+        # The parser's message can quote the URL, password included: keep it out.
+        raise LeaseValueError(
+            f"not a valid database URL ({type(exc).__name__}); expected "
+            "postgresql://user:password@host:port/db or sqlite:///path.db"
+        ) from None
     if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
         if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
             raise LeaseValueError(
@@ -43,6 +50,22 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
+_SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})
+
+
 def redact(url: URL) -> str:
-    """The URL as text with its password masked."""
+    """The URL as text with its password masked, also when given as a query parameter."""
+    secrets = [name for name in url.query if name.lower() in _SECRET_PARAMS]
+    if secrets:
+        url = url.update_query_dict(dict.fromkeys(secrets, "***"))
     return url.render_as_string(hide_password=True)
+
+
+def build_engine(url: URL, **kwargs: Any) -> AsyncEngine:
+    """`create_async_engine`, with bad URL options reported as `LeaseValueError`."""
+    try:
+        return create_async_engine(url, **kwargs)
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise LeaseValueError(
+            f"cannot build an engine for {redact(url)}: {type(exc).__name__} in its options"
+        ) from None

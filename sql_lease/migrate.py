@@ -23,11 +23,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from ._dberrors import translate
-from ._urls import normalize_url, redact
+from ._urls import build_engine, normalize_url, redact
 from ._validate import check_identifier
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, version_table_name
@@ -157,7 +157,7 @@ def head() -> str:
 def _engine_for(target: str | URL | AsyncEngine) -> tuple[AsyncEngine, bool]:
     if isinstance(target, AsyncEngine):
         return target, False
-    return create_async_engine(normalize_url(target), poolclass=NullPool), True
+    return build_engine(normalize_url(target), poolclass=NullPool), True
 
 
 async def _with_connection(

@@ -72,7 +72,8 @@ def check_history(events: list[Event]) -> dict[str, int]:
     for tenure in tenures.values():
         by_key[tenure.key].append(tenure)
     for key, items in by_key.items():
-        items.sort(key=lambda t: t.start)
+        # Starts can tie at the clock's resolution (SQLite: 1 ms); the fence orders those.
+        items.sort(key=lambda t: (t.start, t.fence))
         for prev, nxt in itertools.pairwise(items):
             assert nxt.fence > prev.fence, f"{key!r}: fence went back: {prev} then {nxt}"
             assert nxt.start >= prev.end, f"{key!r}: two live owners: {prev} and {nxt}"

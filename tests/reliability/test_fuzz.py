@@ -92,7 +92,8 @@ def identifier_problem(value: object) -> type[Exception] | None:
 def seconds_problem(value: object) -> type[Exception] | None:
     if not isinstance(value, int | float) or isinstance(value, bool):
         return TypeError
-    return None if 0 < value < float("inf") else ValueError  # NaN fails both comparisons
+    # Documented: above 0 and at most one day; NaN fails both comparisons.
+    return None if 0 < value <= 86_400 else ValueError
 
 
 def problem(param: str, value: object) -> type[Exception] | None:
@@ -213,10 +214,8 @@ def either(valid: st.SearchStrategy[Any], invalid: st.SearchStrategy[Any]) -> An
     return st.booleans().flatmap(lambda ok: valid if ok else invalid)
 
 
-# Valid names go up to 30 characters here, not the documented 40: SqlLeaseProvider rejects
-# 31-40 (it re-checks the derived "<table>_fence_seq" against the same limit). Reported; widen
-# VALID_NAME to 40 once fixed.
-VALID_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}")
+# Valid table and schema names: up to the documented 40 characters.
+VALID_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 identifiers = either(
     st.one_of(
         st.from_regex(VALID_NAME, fullmatch=True),
