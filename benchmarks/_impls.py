@@ -1,8 +1,9 @@
 """The three implementations a cell compares, each opened fresh for one timed run.
 
-* ``raw``: the floor. An asyncpg pool (no reset query on release) running exactly the SQL of
-  ``sql_lease._statements.build_statements`` as statements prepared once per connection, with the
-  same acquire re-run rule as `SqlLeaseProvider.acquire_lease`. Nothing a library could shave off.
+* ``raw``: the floor. Bare asyncpg connections in a minimal LIFO list (no pool object, no reset,
+  no timeout) running exactly the SQL of ``sql_lease._statements.build_statements`` as statements
+  prepared once per connection, with the same acquire re-run rule as
+  `SqlLeaseProvider.acquire_lease`. Nothing a library could shave off.
 * ``library``: `SqlLeaseProvider.from_url`, used as a user would.
 * ``redis``: a Redis/Lua reference written the way Mastra's RedisStreamsPubSub leases work
   (``SET NX PX`` and compare-and-act Lua scripts), through redis-py asyncio with hiredis.
@@ -13,7 +14,9 @@ library's provider is measured bare, without a wrapper.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,19 +89,39 @@ def _batch_statement(sql: Statements, table: str) -> RenewManySql:
     return (lambda n: fallback), args, "benchmark-local UPDATE ... FROM unnest"
 
 
-async def _no_reset(conn: asyncpg.Connection) -> None:
-    """Replaces asyncpg's default reset on release (``RESET ALL`` and friends: a round trip)."""
+class _Connections:
+    """The least a connection pool can do: a LIFO list and a queue of waiting callers."""
+
+    def __init__(self, conns: list[asyncpg.Connection]) -> None:
+        self.all = list(conns)
+        self._idle = list(conns)
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def get(self) -> asyncpg.Connection:
+        while not self._idle:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        return self._idle.pop()
+
+    def put(self, conn: asyncpg.Connection) -> None:
+        self._idle.append(conn)
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
 
 class RawAsyncpgLeases:
-    """The library's SQL through a bare asyncpg pool: the floor the library is measured against.
+    """The library's SQL on bare asyncpg connections: the floor the library is measured against.
 
-    Statements are prepared on each new connection and then found by asyncpg's per-connection
-    statement cache (a prepared-statement object cannot outlive a pool checkout in asyncpg).
+    Statements are prepared on each connection when it opens; `fetch` finds them in asyncpg's
+    per-connection statement cache.
     """
 
-    def __init__(self, pool: asyncpg.Pool, table: str) -> None:
-        self._pool = pool
+    def __init__(self, conns: _Connections, table: str) -> None:
+        self._conns = conns
         sql = build_statements(table)
         self._batch_sql, self._batch_args, self.batch_source = _batch_statement(sql, table)
         self._acquire = sql.acquire
@@ -114,28 +137,30 @@ class RawAsyncpgLeases:
     ) -> RawAsyncpgLeases:
         sql = build_statements(table)
         texts = (sql.acquire, sql.get_owner, sql.release, sql.renew, sql.transfer)
-
-        async def init(conn: asyncpg.Connection) -> None:
+        conns = []
+        for _ in range(size):
+            conn = await asyncpg.connect(dsn, server_settings=server_settings)
             for text in texts:
                 await conn.prepare(text)
-
-        pool = await asyncpg.create_pool(
-            dsn,
-            min_size=size,
-            max_size=size,
-            init=init,
-            reset=_no_reset,
-            server_settings=server_settings,
-        )
-        return cls(pool, table)
+            conns.append(conn)
+        return cls(_Connections(conns), table)
 
     async def aclose(self) -> None:
-        await self._pool.close()
+        for conn in self._conns.all:
+            await conn.close()
+
+    async def _fetch(self, sql: str, *args: object) -> list[Any]:
+        conn = await self._conns.get()
+        try:
+            return await conn.fetch(sql, *args)
+        finally:
+            self._conns.put(conn)
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         k = key.encode()
         o = owner.encode()
-        async with self._pool.acquire() as conn:
+        conn = await self._conns.get()
+        try:
             sql = self._acquire
             while True:
                 rows = await conn.fetch(sql, k, o, ttl_ms)
@@ -146,32 +171,28 @@ class RawAsyncpgLeases:
                     row = rows[0]
                     return AcquireResult(False, row[3].decode(), row[1], row[2])
                 self.acquire_reruns += 1
+        finally:
+            self._conns.put(conn)
 
     async def get_lease_owner(self, key: str) -> str | None:
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch(self._get_owner, key.encode())
+        rows = await self._fetch(self._get_owner, key.encode())
         return rows[0][0].decode() if rows else None
 
     async def release_lease(self, key: str, owner: str) -> None:
-        async with self._pool.acquire() as conn:
-            await conn.fetch(self._release, key.encode(), owner.encode())
+        await self._fetch(self._release, key.encode(), owner.encode())
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch(self._renew, key.encode(), owner.encode(), ttl_ms)
-        return bool(rows)
+        return bool(await self._fetch(self._renew, key.encode(), owner.encode(), ttl_ms))
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch(
-                self._transfer, key.encode(), from_owner.encode(), to_owner.encode(), ttl_ms
-            )
+        rows = await self._fetch(
+            self._transfer, key.encode(), from_owner.encode(), to_owner.encode(), ttl_ms
+        )
         return bool(rows)
 
     async def renew_leases(self, items: Sequence[tuple[str, str]], ttl_ms: int) -> list[bool]:
         pairs = [(k.encode(), o.encode()) for k, o in items]
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch(self._batch_sql(len(pairs)), *self._batch_args(pairs, ttl_ms))
+        rows = await self._fetch(self._batch_sql(len(pairs)), *self._batch_args(pairs, ttl_ms))
         renewed = {(row[0], row[1]) for row in rows}
         return [pair in renewed for pair in pairs]
 

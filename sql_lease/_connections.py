@@ -20,13 +20,10 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 from ._sqlite import SqliteDriver
-from .errors import LeaseDatabaseError
 
 __all__ = ["Connections"]
 
 MAX_HOLD: Final = 60.0  # seconds a connection stays out of the pool between returns
-_MAX_DEAD: Final = 64  # dead connections skipped in one checkout before giving up
-_OUT_SINCE: Final = "sql_lease_out"
 
 
 class Connections:
@@ -42,24 +39,25 @@ class Connections:
         if hold and isinstance(pool, QueuePool) and pool._max_overflow >= 0:
             self._limit = pool.size() + pool._max_overflow
         self._out = 0  # connections checked out of the pool by us, busy or idle
-        self._idle: list[tuple[PoolProxiedConnection, Any]] = []
+        self._idle: list[tuple[PoolProxiedConnection, Any, float]] = []  # (.., .., since)
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def get(self) -> tuple[PoolProxiedConnection, Any]:
-        """A live connection; one that died while idle is dropped and replaced."""
-        for _ in range(_MAX_DEAD):
-            while not self._idle and self._limit is not None and self._out >= self._limit:
-                await self._wait()
-            if self._idle:
-                fairy, driver = self._idle.pop()
-            else:
-                fairy, driver = await self._checkout()
-            if not driver.is_closed():
-                return fairy, driver
-            await self.drop(fairy)  # died while idle (server restart, terminated backend)
-        raise LeaseDatabaseError("no usable connection in the pool", operation="checkout")
+    def take(self) -> tuple[PoolProxiedConnection, Any, float] | None:
+        """An idle held connection, without waiting (the hot path), or None."""
+        return self._idle.pop() if self._idle else None
 
-    async def _checkout(self) -> tuple[PoolProxiedConnection, Any]:
+    async def get(self) -> tuple[PoolProxiedConnection, Any, float]:
+        """A connection: an idle one, a new one from the pool, or the next one given back.
+
+        The caller bounds the wait (and checks that the connection is still open).
+        """
+        while not self._idle and self._limit is not None and self._out >= self._limit:
+            await self._wait()
+        if self._idle:
+            return self._idle.pop()
+        return await self._checkout()
+
+    async def _checkout(self) -> tuple[PoolProxiedConnection, Any, float]:
         self._out += 1
         try:
             fairy = await greenlet_spawn(self._pool.connect)
@@ -67,11 +65,10 @@ class Connections:
             self._out -= 1
             self._wake()
             raise
-        fairy.info[_OUT_SINCE] = time.monotonic()
         driver = fairy.driver_connection
         if self._sqlite_pragmas is not None:
             driver = SqliteDriver(driver, self._sqlite_pragmas)
-        return fairy, driver
+        return fairy, driver, time.monotonic()
 
     async def _wait(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -93,15 +90,21 @@ class Connections:
                 waiter.set_result(None)
                 return
 
-    async def put(self, fairy: PoolProxiedConnection, driver: Any) -> None:
-        """Take back a healthy connection after a call."""
-        if self._limit is not None and time.monotonic() - fairy.info[_OUT_SINCE] < MAX_HOLD:
-            self._idle.append((fairy, driver))
+    def keep(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> bool:
+        """Keep a healthy connection for the next call; False when it must go back instead."""
+        if self._limit is not None and time.monotonic() - since < MAX_HOLD:
+            self._idle.append((fairy, driver, since))
+            if self._waiters:
+                self._wake()
+            return True
+        return False
+
+    async def put(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> None:
+        """Take back a healthy connection after a call (keep it, or return it to the pool)."""
+        if not self.keep(fairy, driver, since):
+            self._out -= 1
             self._wake()
-            return
-        self._out -= 1
-        self._wake()
-        await greenlet_spawn(fairy.close)
+            await greenlet_spawn(fairy.close)
 
     async def drop(self, fairy: PoolProxiedConnection) -> None:
         """Discard a broken connection (the pool opens a new one when needed)."""
@@ -113,6 +116,6 @@ class Connections:
     async def close(self) -> None:
         """Return every idle connection to the pool."""
         idle, self._idle = self._idle, []
-        for fairy, _ in idle:
+        for fairy, _, _ in idle:
             self._out -= 1
             await greenlet_spawn(fairy.close)

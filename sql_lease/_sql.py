@@ -17,6 +17,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ._connections import Connections
 from ._contract import AcquireResult, Lease
 from ._dberrors import is_connection_failure, translate
+from ._deadlines import Deadlines
 from ._guard import guard
 from ._hold import HeldLease, LeaseHook
 from ._sqlite import build_sqlite_statements
@@ -116,6 +117,7 @@ class SqlLeaseProvider:
             sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
+        self._deadlines = Deadlines()
         #: How often acquire ran its statement again because a concurrent writer committed
         #: between its snapshot and its write (diagnostics; see `_statements`).
         self.acquire_reruns = 0
@@ -239,58 +241,66 @@ class SqlLeaseProvider:
     # -- execution -----------------------------------------------------------------------
 
     async def _run(self, operation: str, write: bool, body: Body[T]) -> T:
-        """Run ``body`` on a pooled asyncpg connection within the timeout; translate failures.
+        """Run ``body`` on a pooled connection within the timeout; translate failures.
 
-        A connection found broken before the statement was sent is replaced and the call goes
-        on; so is one that broke under a read. A write that may have reached the server is not
-        repeated: it raises with ``outcome_unknown=True``.
+        The deadline is enforced by the provider's watchdog (see `_deadlines`): past it, the
+        call is cancelled (asyncpg then cancels the statement on the server too) and raises
+        `LeaseTimeoutError`. A connection found broken before the statement was sent is
+        replaced and the call goes on; so is one that broke under a read. A write that may have
+        reached the server is not repeated: it raises with ``outcome_unknown=True``.
         """
-        sent = False
+        call = self._deadlines.start(asyncio.get_running_loop().time() + self._timeout)
         connections = self._connections
         try:
-            async with asyncio.timeout(self._timeout):
-                for attempt in range(_MAX_CHECKOUTS):
+            for attempt in range(_MAX_CHECKOUTS):
+                pair = connections.take()
+                if pair is None:
                     try:
-                        fairy, driver = await connections.get()
+                        pair = await connections.get()
                     except Exception as exc:
                         # Nothing was sent yet: one more try on a fresh connection is safe.
                         if attempt == 0 and is_connection_failure(exc):
                             continue
                         raise
-                    try:
-                        sent = True
-                        result = await body(driver)
-                    except sqlite3.Error:
-                        await connections.put(fairy, driver)
-                        raise
-                    except asyncpg.PostgresError as exc:
-                        broken = _connection_broken(exc)
-                        if broken:
-                            await connections.drop(fairy)
-                        else:
-                            await connections.put(fairy, driver)
-                        if broken and not write and attempt == 0:
-                            continue
-                        raise
-                    except (asyncpg.InterfaceError, asyncpg.InternalClientError):
-                        # asyncpg refused before sending: the connection died while idle.
+                fairy, driver, since = pair
+                if driver.is_closed():  # died while idle (server restart, killed backend)
+                    await connections.drop(fairy)
+                    continue
+                try:
+                    call.sent = True
+                    result = await body(driver)
+                except sqlite3.Error:
+                    await connections.put(fairy, driver, since)
+                    raise
+                except asyncpg.PostgresError as exc:
+                    broken = _connection_broken(exc)
+                    if broken:
                         await connections.drop(fairy)
-                        sent = False
+                    else:
+                        await connections.put(fairy, driver, since)
+                    if broken and not write and attempt == 0:
                         continue
-                    except (asyncio.CancelledError, TimeoutError):
-                        # Cancelled mid-statement: asyncpg has asked the server to cancel it.
-                        # Let that land before the connection is dropped, or the statement
-                        # would live on and could still apply after the caller heard "timeout".
-                        self._discard_later(fairy, driver)
-                        raise
-                    except BaseException as exc:
-                        await connections.drop(fairy)
-                        if isinstance(exc, OSError) and not write and attempt == 0:
-                            continue
-                        raise
-                    await connections.put(fairy, driver)
-                    return result
-                raise LeaseDatabaseError("no usable connection", operation=operation)
+                    raise
+                except (asyncpg.InterfaceError, asyncpg.InternalClientError):
+                    # asyncpg refused before sending: the connection died while idle.
+                    await connections.drop(fairy)
+                    call.sent = False
+                    continue
+                except (asyncio.CancelledError, TimeoutError):
+                    # Cancelled mid-statement: asyncpg has asked the server to cancel it.
+                    # Let that land before the connection is dropped, or the statement
+                    # would live on and could still apply after the caller heard "timeout".
+                    self._discard_later(fairy, driver)
+                    raise
+                except BaseException as exc:
+                    await connections.drop(fairy)
+                    if isinstance(exc, OSError) and not write and attempt == 0:
+                        continue
+                    raise
+                if not connections.keep(fairy, driver, since):
+                    await connections.put(fairy, driver, since)
+                return result
+            raise LeaseDatabaseError("no usable connection", operation=operation)
         except LeaseError:
             raise
         except Exception as exc:
@@ -298,9 +308,22 @@ class SqlLeaseProvider:
                 exc,
                 operation=operation,
                 where=self._where,
-                sent=sent and write,
+                sent=call.sent and write,
                 table=self._sql.table,
             ) from exc
+        except asyncio.CancelledError as exc:
+            if not call.timed_out():
+                raise
+            error = translate(
+                TimeoutError(f"no answer within {self._timeout} s"),
+                operation=operation,
+                where=self._where,
+                sent=call.sent and write,
+                table=self._sql.table,
+            )
+            raise error from exc
+        finally:
+            self._deadlines.finish(call)
 
     def _discard_later(self, fairy: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
         task = asyncio.get_running_loop().create_task(self._discard(fairy, driver))

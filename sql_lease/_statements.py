@@ -97,7 +97,8 @@ SELECT {columns}, (SELECT count(*) FROM n) AS notified FROM u
     # Acquire: `cur` reads the row in the statement's snapshot. An absent key is inserted (the
     # insert draws a fence only when it will try to insert); an expired or own row is updated
     # under its row lock. A live row of another holder matches neither, so a failed acquire takes
-    # no lock and writes nothing. Rows out: an `acquired` row from ins or upd, then the snapshot
+    # no lock and writes nothing (the update is gated on the snapshot row, so it does not even
+    # look the key up again). Rows out: an `acquired` row from ins or upd, then the snapshot
     # holder if live. When neither says anything definite (a concurrent writer committed after
     # the snapshot), the caller runs the statement again with a fresh snapshot.
     acquire = f"""
@@ -118,7 +119,8 @@ WITH cur AS MATERIALIZED (
         acquired_at = CASE WHEN l.owner = $2 AND l.expires_at > clock_timestamp()
                            THEN l.acquired_at ELSE clock_timestamp() END,
         expires_at = {expiry.format(p="$3")}
-    WHERE l.key = $1 AND (l.owner = $2 OR l.expires_at <= clock_timestamp())
+    WHERE (SELECT owner = $2 OR NOT live FROM cur)
+      AND l.key = $1 AND (l.owner = $2 OR l.expires_at <= clock_timestamp())
     RETURNING l.fence, l.expires_at
 )
 SELECT true AS acquired, fence, expires_at, NULL::bytea AS holder FROM ins
