@@ -26,7 +26,7 @@ from ._contract import AcquireResult
 from ._validate import check_millis, check_name, check_ttl
 from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
 
-__all__ = ["HeldLease", "LeaseHook", "LeaseLost", "LeaseNotAcquired"]
+__all__ = ["HeldLease", "LeaseHook", "LeaseLifecycle", "LeaseLost", "LeaseNotAcquired"]
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -428,3 +428,54 @@ class HeldLease:
         task = asyncio.get_running_loop().create_task(self._call_hook(name))
         _background.add(task)
         task.add_done_callback(_background.discard)
+
+
+class LeaseLifecycle:
+    """`hold` and `wait_for_lease` for a provider class (mixed into the InMemory and SQL ones)."""
+
+    __slots__ = ()
+
+    def hold(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        *,
+        renew_every_ms: int | None = None,
+        wait_ms: int = 0,
+        cancel_on_loss: bool = True,
+        on_acquired: LeaseHook | None = None,
+        on_renewed: LeaseHook | None = None,
+        on_lost: LeaseHook | None = None,
+        on_released: LeaseHook | None = None,
+    ) -> HeldLease:
+        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
+
+        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
+        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
+        """
+        return HeldLease(
+            self,
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait_ms=wait_ms,
+            cancel_on_loss=cancel_on_loss,
+            on_acquired=on_acquired,
+            on_renewed=on_renewed,
+            on_lost=on_lost,
+            on_released=on_released,
+        )
+
+    async def wait_for_lease(
+        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
+    ) -> AcquireResult:
+        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
+
+        Returns the acquired result, or after the timeout the last one (naming the holder).
+        On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
+        the holder's expiry), so it does not poll; in memory and on SQLite it re-checks every
+        50 ms and at the holder's expiry. See `sql_lease._wait`.
+        """
+        return await _wait.wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)

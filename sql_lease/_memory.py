@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ._contract import AcquireResult, Lease
-from ._hold import HeldLease, LeaseHook
+from ._hold import LeaseLifecycle
 from ._validate import check_items, check_limit, check_millis, check_name, check_prefix, check_ttl
-from ._wait import wait_for_lease
 
 __all__ = ["InMemoryLeaseProvider"]
 
@@ -28,7 +27,7 @@ class _Entry:
     acquired: float
 
 
-class InMemoryLeaseProvider:
+class InMemoryLeaseProvider(LeaseLifecycle):
     """Leases in a dict, judged by a monotonic clock; asyncio- and thread-safe.
 
     ``clock`` returns seconds (default `time.monotonic`); tests can inject a fake one. Reported
@@ -202,7 +201,7 @@ class InMemoryLeaseProvider:
     def __repr__(self) -> str:
         return f"InMemoryLeaseProvider(leases={len(self._leases)})"
 
-    # -- held leases and waiting (sql_lease._hold, _wait) ---------------------------------
+    # -- what held leases need (sql_lease._hold, _renewer) --------------------------------
 
     async def now(self) -> datetime:
         """This provider's clock as an aware datetime (the clock that judges expiry)."""
@@ -226,47 +225,3 @@ class InMemoryLeaseProvider:
                 entry.expires = now + ttl_ms / 1000
                 out.append((entry.fence, self._wall(entry.expires)))
             return out
-
-    def hold(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int,
-        *,
-        renew_every_ms: int | None = None,
-        wait_ms: int = 0,
-        cancel_on_loss: bool = True,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
-    ) -> HeldLease:
-        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
-
-        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
-        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
-        """
-        return HeldLease(
-            self,
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms=renew_every_ms,
-            wait_ms=wait_ms,
-            cancel_on_loss=cancel_on_loss,
-            on_acquired=on_acquired,
-            on_renewed=on_renewed,
-            on_lost=on_lost,
-            on_released=on_released,
-        )
-
-    async def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
-    ) -> AcquireResult:
-        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
-
-        Returns the acquired result, or after the timeout the last one (naming the holder).
-        In memory a waiter re-checks every 50 ms and at the holder's expiry; releases made
-        through `hold` wake it at once. See `sql_lease._wait`.
-        """
-        return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)

@@ -19,7 +19,7 @@ from ._contract import AcquireResult, Lease
 from ._dberrors import is_connection_failure, translate
 from ._deadlines import Deadlines
 from ._guard import guard
-from ._hold import HeldLease, LeaseHook
+from ._hold import LeaseLifecycle
 from ._sqlite import build_sqlite_statements
 from ._statements import Statements, build_statements
 from ._urls import build_engine, normalize_url, redact
@@ -32,7 +32,7 @@ from ._validate import (
     check_prefix,
     check_ttl,
 )
-from ._wait import close_listener, wait_for_lease
+from ._wait import close_listener
 from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
 from .schema import DEFAULT_TABLE
 
@@ -62,7 +62,7 @@ def _check_seconds(what: str, value: object) -> float:
     return float(value)
 
 
-class SqlLeaseProvider:
+class SqlLeaseProvider(LeaseLifecycle):
     """Leases stored in PostgreSQL through a SQLAlchemy `AsyncEngine` on asyncpg.
 
     Every operation is one conditional statement in autocommit, judged by the database clock.
@@ -507,50 +507,6 @@ class SqlLeaseProvider:
         return value
 
     # -- held leases, waiting and fencing (sql_lease._hold, _wait, _guard) ---------------
-
-    def hold(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int,
-        *,
-        renew_every_ms: int | None = None,
-        wait_ms: int = 0,
-        cancel_on_loss: bool = True,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
-    ) -> HeldLease:
-        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
-
-        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
-        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
-        """
-        return HeldLease(
-            self,
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms=renew_every_ms,
-            wait_ms=wait_ms,
-            cancel_on_loss=cancel_on_loss,
-            on_acquired=on_acquired,
-            on_renewed=on_renewed,
-            on_lost=on_lost,
-            on_released=on_released,
-        )
-
-    async def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
-    ) -> AcquireResult:
-        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
-
-        Returns the acquired result, or after the timeout the last one (naming the holder).
-        On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
-        the holder's expiry), so it does not poll; see `sql_lease._wait`.
-        """
-        return await wait_for_lease(self, key, owner, ttl_ms, timeout_ms=timeout_ms)
 
     async def guard(self, conn: Any, key: str, fence: int) -> None:
         """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
