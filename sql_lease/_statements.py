@@ -84,15 +84,12 @@ def build_statements(table_name: str, schema: str | None = None) -> Statements:
 
     def notifying(update: str, columns: str) -> str:
         # NOTIFY serialises committing transactions database-wide, so only a change to a key
-        # that someone is waiting for (`wanted_until` in the future) sends one.
-        return f"""
-WITH u AS ({update} RETURNING key, wanted_until, {columns}),
-n AS (
-    SELECT pg_notify('{channel}', encode(key, 'hex')) FROM u
-    WHERE wanted_until > clock_timestamp()
-)
-SELECT {columns}, (SELECT count(*) FROM n) AS notified FROM u
-""".strip()
+        # that someone is waiting for (`wanted_until` in the future) sends one. A top-level
+        # UPDATE (not a CTE) keeps the common case as cheap as a plain conditional update.
+        return (
+            f"{update} RETURNING {columns}, (CASE WHEN wanted_until > clock_timestamp() THEN "
+            f"pg_notify('{channel}', encode(key, 'hex'))::text END) IS NOT NULL AS notified"
+        )
 
     # Acquire: `cur` reads the row in the statement's snapshot. An absent key is inserted (the
     # insert draws a fence only when it will try to insert); an expired or own row is updated
