@@ -21,6 +21,8 @@ from sql_lease import (
     SqlLeaseProvider,
 )
 
+from .._pg import terminate_backends
+
 LONG = 30_000
 
 
@@ -143,19 +145,6 @@ async def test_client_side_timeout_bounds_calls_on_a_callers_engine(
         await engine.dispose()
 
 
-async def terminate_backends(provider: SqlLeaseProvider, database_url: str) -> int:
-    u = make_url(database_url)
-    with psycopg.connect(
-        host=u.host, port=u.port, user=u.username, dbname=u.database, autocommit=True
-    ) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND application_name = 'sql_lease' AND pid <> pg_backend_pid()",
-            (u.database,),
-        ).fetchall()
-    return len(rows)
-
-
 @pytest.fixture
 async def busy_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
     provider = SqlLeaseProvider.from_url(database_url, timeout=5, pool_size=4)
@@ -169,7 +158,7 @@ async def test_provider_recovers_after_its_backends_are_terminated(
     provider = busy_provider
     # Fill the pool with several live connections.
     await asyncio.gather(*(provider.acquire_lease(f"k{i}", "a", LONG) for i in range(8)))
-    assert await terminate_backends(provider, database_url) >= 2
+    assert terminate_backends(database_url) >= 2
     await asyncio.sleep(0.2)  # let the terminations reach the client sockets
     failures = 0
     for i in range(8):
@@ -180,7 +169,7 @@ async def test_provider_recovers_after_its_backends_are_terminated(
     assert failures <= 1, failures
     # Again, without giving the client time to notice: at most one call per dead connection
     # fails, with a typed error, and the calls after that succeed.
-    assert await terminate_backends(provider, database_url) >= 1
+    assert terminate_backends(database_url) >= 1
     outcomes: list[object] = []
     for i in range(12):
         try:

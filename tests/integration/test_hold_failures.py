@@ -11,22 +11,12 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import HeldLease, LeaseLost, LeaseTimeoutError, SqlLeaseProvider
 
+from .._pg import terminate_backends
+
 
 def connect(database_url: str) -> psycopg.Connection:
     u = make_url(database_url)
     return psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database)
-
-
-def terminate_backends(database_url: str) -> int:
-    """Kill every connection of the providers (application_name 'sql_lease') on the database."""
-    with connect(database_url) as conn:
-        conn.autocommit = True
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = 'sql_lease'"
-            " AND pid <> pg_backend_pid()"
-        ).fetchall()
-    return len(rows)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import SqlLeaseProvider
 
+from .._pg import terminate_backends
 from ._cluster import Cluster
 from ._history import check_history
 from ._proxy import StallingProxy
@@ -121,19 +122,6 @@ def sleep_until(t: float) -> None:
 
 
 # -- backends killed mid-operation ------------------------------------------------------------
-
-
-def terminate_backends(url: str) -> int:
-    u = make_url(url)
-    with psycopg.connect(
-        host=u.host, port=u.port, user=u.username, dbname=u.database, autocommit=True
-    ) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND application_name = 'sql_lease' AND pid <> pg_backend_pid()",
-            (u.database,),
-        ).fetchall()
-    return sum(1 for (ok,) in rows if ok)
 
 
 def test_backends_terminated_mid_operation(fresh_database: str) -> None:
