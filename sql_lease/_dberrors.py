@@ -29,14 +29,10 @@ _CONNECTION_PREFIXES = ("08", "53", "57P", "28")  # connection, resources, shutd
 
 
 def _sqlstate(exc: BaseException) -> str | None:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        state = getattr(cur, "sqlstate", None) or getattr(cur, "pgcode", None)
+    for link in _chain(exc):
+        state = getattr(link, "sqlstate", None) or getattr(link, "pgcode", None)
         if isinstance(state, str):
             return state
-        cur = getattr(cur, "orig", None) or cur.__cause__
     return None
 
 

@@ -127,18 +127,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
-        pairs = [(k.decode(), o.decode()) for k, o in check_items(items)]
-        check_ttl(ttl_ms)
-        with self._lock:
-            now = self._clock()
-            out = []
-            for key, owner in pairs:
-                entry = self._live(key, now)
-                ok = entry is not None and entry.owner == owner
-                if ok:
-                    entry.expires = now + ttl_ms / 1000  # type: ignore[union-attr]
-                out.append(ok)
-            return out
+        return [r is not None for r in await self._renew_many(items, ttl_ms)]
 
     async def force_release(self, key: str) -> bool:
         """End the live lease of ``key`` whoever holds it; logged at WARNING."""
