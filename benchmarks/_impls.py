@@ -2,8 +2,9 @@
 
 * ``raw``: the floor. Bare asyncpg connections in a minimal LIFO list (no pool object, no reset,
   no timeout) running exactly the SQL of ``sql_lease._statements.build_statements`` as statements
-  prepared once per connection, with the same acquire re-run rule as
-  `SqlLeaseProvider.acquire_lease`. Nothing a library could shave off.
+  prepared once per connection, with the same acquire strategy as
+  `SqlLeaseProvider.acquire_lease` (read first on contended keys; re-run rule). Nothing a
+  library could shave off.
 * ``library``: `SqlLeaseProvider.from_url`, used as a user would.
 * ``redis``: a Redis/Lua reference written the way Mastra's RedisStreamsPubSub leases work
   (``SET NX PX`` and compare-and-act Lua scripts), through redis-py asyncio with hiredis.
@@ -26,6 +27,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from sql_lease import AcquireResult, LeaseProvider, SqlLeaseProvider
+from sql_lease._contention import ContentionHints
 from sql_lease._statements import Statements, build_statements
 
 __all__ = [
@@ -125,6 +127,8 @@ class RawAsyncpgLeases:
         sql = build_statements(table)
         self._batch_sql, self._batch_args, self.batch_source = _batch_statement(sql, table)
         self._acquire = sql.acquire
+        self._holder = sql.holder
+        self._hints = ContentionHints()
         self._get_owner = sql.get_owner
         self._release = sql.release
         self._renew = sql.renew
@@ -136,7 +140,7 @@ class RawAsyncpgLeases:
         cls, dsn: str, table: str, size: int, server_settings: dict[str, str]
     ) -> RawAsyncpgLeases:
         sql = build_statements(table)
-        texts = (sql.acquire, sql.get_owner, sql.release, sql.renew, sql.transfer)
+        texts = (sql.acquire, sql.holder, sql.get_owner, sql.release, sql.renew, sql.transfer)
         conns = []
         for _ in range(size):
             conn = await asyncpg.connect(dsn, server_settings=server_settings)
@@ -159,15 +163,24 @@ class RawAsyncpgLeases:
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         k = key.encode()
         o = owner.encode()
+        hints = self._hints
         conn = await self._conns.get()
         try:
+            if hints.contended(k):
+                rows = await conn.fetch(self._holder, k)
+                if rows and rows[0][0] != o:
+                    hints.held(k)
+                    holder, fence, expires_at = rows[0]
+                    return AcquireResult(False, holder.decode(), fence, expires_at)
             sql = self._acquire
             while True:
                 rows = await conn.fetch(sql, k, o, ttl_ms)
                 for row in rows:
                     if row[0]:
+                        hints.free(k)
                         return AcquireResult(True, owner, row[1], row[2])
                 if rows and rows[0][3] != o:
+                    hints.held(k)
                     row = rows[0]
                     return AcquireResult(False, row[3].decode(), row[1], row[2])
                 self.acquire_reruns += 1

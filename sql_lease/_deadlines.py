@@ -4,70 +4,77 @@ A timer per call (``asyncio.timeout``, or asyncpg's ``timeout=``) costs a heap p
 cancelled handle left in the loop's heap; at tens of thousands of calls per second that is a
 tenth of a call's CPU. Instead each call registers its deadline here, and a watchdog waking
 every `TICK` seconds while calls are in flight cancels the task of any call past its deadline.
-`Call.expired` then tells the cancellation apart from an outer one (the way `asyncio.timeout`
+Deadlines are on `time.monotonic` (cheaper to read than ``loop.time()``, and the same clock).
+`Deadlines.timed_out` then tells the cancellation apart from an outer one (the way `asyncio.timeout`
 does, with `Task.uncancel`), so the provider can turn it into a timeout error.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from asyncio import current_task, get_running_loop
+from time import monotonic
+from typing import Any, Final
 
-__all__ = ["TICK", "Call", "Deadlines"]
+__all__ = ["TICK", "Deadlines"]
 
 TICK: Final = 0.01  # seconds: how late past its deadline a call can be cancelled
 
 
-class Call:
-    """One call in flight: its deadline and task, and whether the watchdog cancelled it."""
-
-    __slots__ = ("cancelling", "deadline", "expired", "sent", "task")
-
-    def __init__(self, deadline: float, task: asyncio.Task[object]) -> None:
-        self.deadline = deadline
-        self.task = task
-        self.cancelling = task.cancelling()
-        self.expired = False
-        self.sent = False
-
-    def timed_out(self) -> bool:
-        """After a CancelledError: True when it was this call's deadline (and nothing else)."""
-        return self.expired and self.task.uncancel() <= self.cancelling
-
-
 class Deadlines:
-    """The calls in flight on one provider, and the watchdog that enforces their deadlines."""
+    """The calls in flight on one provider, and the watchdog that enforces their deadlines.
 
-    __slots__ = ("_calls", "_watchdog")
+    A call is identified by its task (a task runs one provider call at a time): `start`
+    registers it and returns the task, `finish` forgets it, and `timed_out` tells after a
+    `CancelledError` whether the watchdog caused it. No object is made per call.
+    """
+
+    __slots__ = ("_calls", "_expired", "_loop", "_watchdog")
 
     def __init__(self) -> None:
-        self._calls: set[Call] = set()
+        #: task -> (deadline on `monotonic`, the task's cancellation count at the start)
+        self._calls: dict[asyncio.Task[Any], tuple[float, int]] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self, deadline: float) -> Call:
-        task = asyncio.current_task()
+    def start(self, timeout: float) -> asyncio.Task[Any]:
+        """Register the current task's call, which must end within ``timeout`` seconds."""
+        loop = get_running_loop()
+        task = current_task(loop)
         assert task is not None  # calls run inside a task
-        call = Call(deadline, task)
-        self._calls.add(call)
+        self._calls[task] = (monotonic() + timeout, task.cancelling())
         watchdog = self._watchdog
-        if watchdog is None or watchdog.done() or watchdog.get_loop() is not task.get_loop():
-            self._watchdog = task.get_loop().create_task(self._watch(), name="sql_lease deadlines")
-        return call
+        if watchdog is None or watchdog.done() or self._loop is not loop:
+            # None, cancelled before it ran, or left behind on another (finished) event loop.
+            self._loop = loop
+            self._watchdog = loop.create_task(self._watch(), name="sql_lease deadlines")
+        return task
 
-    def finish(self, call: Call) -> None:
-        self._calls.discard(call)
+    def timed_out(self, task: asyncio.Task[Any]) -> bool:
+        """After a CancelledError in ``task``'s call: True when it was the call's deadline
+        (and nothing else cancelled the task)."""
+        if task not in self._expired:
+            return False
+        return task.uncancel() <= self._calls[task][1]
+
+    def finish(self, task: asyncio.Task[Any]) -> None:
+        self._calls.pop(task, None)
+        if self._expired:
+            self._expired.discard(task)
 
     async def _watch(self) -> None:
-        loop = asyncio.get_running_loop()
-        me = asyncio.current_task()
+        loop = get_running_loop()
+        me = current_task(loop)
+        calls, expired = self._calls, self._expired
         try:
-            while self._calls:
+            while calls:
                 await asyncio.sleep(TICK)
-                now = loop.time()
-                for call in self._calls:
-                    if not call.expired and call.deadline <= now and call.task.get_loop() is loop:
-                        call.expired = True
-                        call.task.cancel()
+                now = monotonic()
+                for task, (deadline, _) in list(calls.items()):
+                    if deadline <= now and task not in expired and task.get_loop() is loop:
+                        expired.add(task)
+                        task.cancel()
         finally:
             if self._watchdog is me:
                 self._watchdog = None

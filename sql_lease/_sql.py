@@ -7,7 +7,7 @@ import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import asyncpg
 from sqlalchemy.engine import URL
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ._connections import Connections
+from ._contention import ContentionHints
 from ._contract import AcquireResult, Lease
 from ._dberrors import is_connection_failure, translate
 from ._deadlines import Deadlines
@@ -47,8 +48,8 @@ _MAX_SECONDS = 86_400.0  # a day; PostgreSQL's statement_timeout tops out at abo
 
 logger = logging.getLogger("sql_lease")
 
-T = TypeVar("T")
-Body = Callable[[asyncpg.Connection], Awaitable[T]]
+#: What `_run` runs when one statement is not enough: given the connection, returns the result.
+Body = Callable[[Any], Awaitable[Any]]
 
 
 def _check_seconds(what: str, value: object) -> float:
@@ -118,9 +119,13 @@ class SqlLeaseProvider(LeaseLifecycle):
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         self._deadlines = Deadlines()
+        self._hints = ContentionHints()
         #: How often acquire ran its statement again because a concurrent writer committed
         #: between its snapshot and its write (diagnostics; see `_statements`).
         self.acquire_reruns = 0
+        #: How many acquires were answered by reading the holder of a contended key, without
+        #: the full statement (diagnostics; see `_contention`).
+        self.acquire_reads = 0
 
     @classmethod
     def from_url(
@@ -240,17 +245,30 @@ class SqlLeaseProvider(LeaseLifecycle):
 
     # -- execution -----------------------------------------------------------------------
 
-    async def _run(self, operation: str, write: bool, body: Body[T]) -> T:
-        """Run ``body`` on a pooled connection within the timeout; translate failures.
+    async def _run(
+        self,
+        operation: str,
+        write: bool,
+        sql: str,
+        args: tuple[object, ...],
+        body: Body | None = None,
+    ) -> Any:
+        """Run ``sql`` with ``args`` (or ``body``, given a connection) within the timeout.
 
-        The deadline is enforced by the provider's watchdog (see `_deadlines`): past it, the
-        call is cancelled (asyncpg then cancels the statement on the server too) and raises
+        Returns the statement's rows (or what ``body`` returns) and translates failures. The
+        deadline is enforced by the provider's watchdog (see `_deadlines`): past it, the call
+        is cancelled (asyncpg then cancels the statement on the server too) and raises
         `LeaseTimeoutError`. A connection found broken before the statement was sent is
         replaced and the call goes on; so is one that broke under a read. A write that may have
         reached the server is not repeated: it raises with ``outcome_unknown=True``.
+
+        The statement is awaited right here, not in a helper coroutine: every coroutine frame
+        between the caller and the driver is paid again on each suspension and resumption.
         """
-        call = self._deadlines.start(asyncio.get_running_loop().time() + self._timeout)
+        deadlines = self._deadlines
+        task = deadlines.start(self._timeout)
         connections = self._connections
+        sent = False
         try:
             for attempt in range(_MAX_CHECKOUTS):
                 pair = connections.take()
@@ -267,8 +285,11 @@ class SqlLeaseProvider(LeaseLifecycle):
                     await connections.drop(fairy)
                     continue
                 try:
-                    call.sent = True
-                    result = await body(driver)
+                    sent = True
+                    if body is None:
+                        result = await driver.fetch(sql, *args)
+                    else:
+                        result = await body(driver)
                 except sqlite3.Error:
                     await connections.put(fairy, driver, since)
                     raise
@@ -284,7 +305,7 @@ class SqlLeaseProvider(LeaseLifecycle):
                 except (asyncpg.InterfaceError, asyncpg.InternalClientError):
                     # asyncpg refused before sending: the connection died while idle.
                     await connections.drop(fairy)
-                    call.sent = False
+                    sent = False
                     continue
                 except (asyncio.CancelledError, TimeoutError):
                     # Cancelled mid-statement: asyncpg has asked the server to cancel it.
@@ -308,22 +329,22 @@ class SqlLeaseProvider(LeaseLifecycle):
                 exc,
                 operation=operation,
                 where=self._where,
-                sent=call.sent and write,
+                sent=sent and write,
                 table=self._sql.table,
             ) from exc
         except asyncio.CancelledError as exc:
-            if not call.timed_out():
+            if not deadlines.timed_out(task):
                 raise
             error = translate(
                 TimeoutError(f"no answer within {self._timeout} s"),
                 operation=operation,
                 where=self._where,
-                sent=call.sent and write,
+                sent=sent and write,
                 table=self._sql.table,
             )
             raise error from exc
         finally:
-            self._deadlines.finish(call)
+            deadlines.finish(task)
 
     def _discard_later(self, fairy: PoolProxiedConnection, driver: asyncpg.Connection) -> None:
         task = asyncio.get_running_loop().create_task(self._discard(fairy, driver))
@@ -339,44 +360,50 @@ class SqlLeaseProvider(LeaseLifecycle):
         finally:
             await self._connections.drop(fairy)
 
-    async def _fetch(self, operation: str, write: bool, sql: str, *args: object) -> list[Any]:
-        async def body(conn: asyncpg.Connection) -> list[Any]:
-            return await conn.fetch(sql, *args)
-
-        return await self._run(operation, write, body)
-
     # -- the contract --------------------------------------------------------------------
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
         k = check_name("key", key)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
-        sql = self._sql.acquire
+        sql = self._sql
+        hints = self._hints
 
         async def body(conn: asyncpg.Connection) -> AcquireResult:
+            if hints.contended(k):
+                # Look before writing (see `_contention`): a live other holder is the answer.
+                rows = await conn.fetch(sql.holder, k)
+                if rows and rows[0][0] != o:
+                    hints.held(k)
+                    self.acquire_reads += 1
+                    holder, fence, expires_at = rows[0]
+                    return AcquireResult(False, holder.decode(), fence, expires_at)
             while True:
-                rows = await conn.fetch(sql, k, o, ttl)
+                rows = await conn.fetch(sql.acquire, k, o, ttl)
                 for row in rows:
                     if row[0]:
+                        hints.free(k)
                         return AcquireResult(True, owner, row[1], row[2])
                 if rows and rows[0][3] != o:
+                    hints.held(k)
                     row = rows[0]
                     return AcquireResult(False, row[3].decode(), row[1], row[2])
                 # A concurrent writer committed after this statement's snapshot: neither won
                 # nor saw the winner. Run again; the next snapshot sees it.
                 self.acquire_reruns += 1
 
-        return await self._run("acquire_lease", True, body)
+        result: AcquireResult = await self._run("acquire_lease", True, "", (), body)
+        return result
 
     async def get_lease_owner(self, key: str) -> str | None:
         k = check_name("key", key)
-        rows = await self._fetch("get_lease_owner", False, self._sql.get_owner, k)
+        rows = await self._run("get_lease_owner", False, self._sql.get_owner, (k,))
         return rows[0][0].decode() if rows else None
 
     async def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` (owner, fence, times), or None."""
         k = check_name("key", key)
-        rows = await self._fetch("get_lease", False, self._sql.get_lease, k)
+        rows = await self._run("get_lease", False, self._sql.get_lease, (k,))
         if not rows:
             return None
         owner, fence, expires_at, acquired_at = rows[0]
@@ -398,7 +425,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         """Release; (fence, database time it took effect), or None when it was a no-op."""
         k = check_name("key", key)
         o = check_name("owner", owner)
-        rows = await self._fetch("release_lease", True, self._sql.release, k, o)
+        rows = await self._run("release_lease", True, self._sql.release, (k, o))
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _renew(self, key: str, owner: str, ttl_ms: int) -> tuple[int, datetime] | None:
@@ -406,7 +433,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         k = check_name("key", key)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
-        rows = await self._fetch("renew_lease", True, self._sql.renew, k, o, ttl)
+        rows = await self._run("renew_lease", True, self._sql.renew, (k, o, ttl))
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _transfer(
@@ -417,7 +444,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         a = check_name("from_owner", from_owner)
         b = check_name("to_owner", to_owner)
         ttl = check_ttl(ttl_ms)
-        rows = await self._fetch("transfer_lease", True, self._sql.transfer, k, a, b, ttl)
+        rows = await self._run("transfer_lease", True, self._sql.transfer, (k, a, b, ttl))
         return (rows[0][0], rows[0][1]) if rows else None
 
     # -- extensions ----------------------------------------------------------------------
@@ -441,14 +468,14 @@ class SqlLeaseProvider(LeaseLifecycle):
             chunk = unique[start : start + step]
             sql = self._sql.renew_many(len(chunk))
             args = self._sql.renew_many_args(chunk, ttl)
-            for key, owner, fence, expires in await self._fetch("renew_leases", True, sql, *args):
+            for key, owner, fence, expires in await self._run("renew_leases", True, sql, args):
                 renewed[(key, owner)] = (fence, expires)
         return [renewed.get(pair) for pair in pairs]
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
         k = check_name("key", key)
-        rows = await self._fetch("force_release", True, self._sql.force_release, k)
+        rows = await self._run("force_release", True, self._sql.force_release, (k,))
         if not rows:
             return False
         owner, fence = rows[0][0].decode(), rows[0][1]
@@ -466,7 +493,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         count = check_limit(limit)
         if after is not None:
             low = max(low, check_name("after", after) + b"\0")
-        rows = await self._fetch("list_leases", False, self._sql.list_live, low, high, count)
+        rows = await self._run("list_leases", False, self._sql.list_live, (low, high, count))
         return [Lease(k.decode(), o.decode(), f, e, a) for k, o, f, e, a, _ in rows]
 
     async def purge_expired(
@@ -483,7 +510,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         total = 0
         done = 0
         while batches is None or done < batches:
-            rows = await self._fetch("purge_expired", True, self._sql.purge_batch, age, batch)
+            rows = await self._run("purge_expired", True, self._sql.purge_batch, (age, batch))
             deleted = len(rows)
             total += deleted
             done += 1
@@ -495,14 +522,14 @@ class SqlLeaseProvider(LeaseLifecycle):
         """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
         k = check_name("key", key)
         wait = check_ttl(wait_ms)
-        rows = await self._fetch("want", True, self._sql.want, k, wait)
+        rows = await self._run("want", True, self._sql.want, (k, wait))
         if not rows:
             return None
         return rows[0][0].decode(), rows[0][1], rows[0][2]
 
     async def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""
-        rows = await self._fetch("now", False, self._sql.now)
+        rows = await self._run("now", False, self._sql.now, ())
         value: datetime = rows[0][0]
         return value
 

@@ -88,6 +88,7 @@ RETURNING owner = ?2, fence, expires_at, owner
         get_lease=(
             f"SELECT owner, fence, expires_at, acquired_at FROM {t} WHERE key = ?1 AND {live}"
         ),
+        holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = ?1 AND {live}",
         release=(
             f"UPDATE {t} SET expires_at = {NOW} WHERE key = ?1 AND owner = ?2 AND {live}"
             " RETURNING fence, expires_at"

@@ -44,6 +44,9 @@ class Statements:
     get_owner: str
     #: ($1 key) -> (owner, fence, expires_at, acquired_at) of the live lease, or no row.
     get_lease: str
+    #: ($1 key) -> (owner, fence, expires_at) of the live lease, or no row: the read an acquire
+    #: of a contended key starts with (see `_contention`).
+    holder: str
     #: ($1 key, $2 owner) -> (fence, released_at) when a live lease of owner ended, or no row.
     release: str
     #: ($1 key, $2 owner, $3 ttl_ms) -> (fence, expires_at) when renewed, or no row.
@@ -147,6 +150,7 @@ WHERE key = $1 AND owner = $2 AND {live}"""
         get_lease=(
             f"SELECT owner, fence, expires_at, acquired_at FROM {t} WHERE key = $1 AND {live}"
         ),
+        holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live}",
         release=notifying(
             f"UPDATE {t} SET expires_at = clock_timestamp()"
             f" WHERE key = $1 AND owner = $2 AND {live}",

@@ -274,3 +274,27 @@ async def test_concurrent_acquires_in_one_process_elect_one_owner(provider: Any)
     winners = [r for r in results if r.acquired]
     assert len(winners) == 1
     assert all(r.owner == winners[0].owner for r in results)
+
+
+async def test_a_key_seen_held_is_still_won_as_soon_as_it_is_free(provider: Any) -> None:
+    # A SQL provider answers repeated acquires of a key seen held by reading the holder first
+    # (sql_lease._contention); every row of §3 must still hold on that path.
+    held = await provider.acquire_lease("k", "a", 2_000)
+    for _ in range(3):
+        lost = await provider.acquire_lease("k", "b", LONG)
+        assert (lost.acquired, lost.owner, lost.fence) == (False, "a", held.fence)
+        assert lost.expires_at == held.expires_at
+    again = await provider.acquire_lease("k", "a", LONG)  # the holder re-acquires: same fence
+    assert again.acquired and again.fence == held.fence and again.expires_at > held.expires_at
+    await provider.release_lease("k", "a")
+    won = await provider.acquire_lease("k", "b", SHORT)  # released: free at once
+    assert won.acquired and won.owner == "b" and won.fence > held.fence
+    assert not (await provider.acquire_lease("k", "c", LONG)).acquired
+    await expire()
+    taken = await provider.acquire_lease("k", "c", LONG)  # expired: free
+    assert taken.acquired and taken.fence > won.fence
+    assert await provider.transfer_lease("k", "c", "d", LONG)
+    moved = await provider.acquire_lease("k", "c", LONG)  # transferred away: d holds it
+    assert not moved.acquired and moved.owner == "d"
+    if hasattr(provider, "acquire_reads"):
+        assert provider.acquire_reads == 2  # the 2nd and 3rd failures only read

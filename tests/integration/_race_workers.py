@@ -135,7 +135,7 @@ async def _hammer(
                 await asyncio.sleep(rng.choice([0, 0.01, 0.05]))
     finally:
         await provider.aclose()
-    return {"events": events, "reruns": provider.acquire_reruns}
+    return {"events": events, "reruns": provider.acquire_reruns, "reads": provider.acquire_reads}
 
 
 def chain_holder(url: str, key: str, first: str, transfers: int, ttl: int) -> list[str]:

@@ -132,7 +132,11 @@ def test_processes_racing_on_hot_keys_never_see_two_live_owners(race_url: str) -
     assert stats["failed_acquires"] > 100, (stats, dict(by_op))
     assert by_op[("transfer", True)] > 20 and by_op[("release", True)] > 20, dict(by_op)
     assert by_op[("renew", False)] > 0, dict(by_op)  # some leases expired under their owners
-    print(stats, dict(by_op), "acquire re-runs:", sum(r["reruns"] for r in results))
+    # Both ways of failing raced: the full statement, and the read of a contended key.
+    reads = sum(r["reads"] for r in results)
+    assert 0 < reads < stats["failed_acquires"], (reads, stats)
+    reruns = sum(r["reruns"] for r in results)
+    print(stats, dict(by_op), "acquire re-runs:", reruns, "reads:", reads)
 
 
 async def test_transfer_along_a_chain_leaves_no_gap_for_racers(race_url: str) -> None:
