@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
+from time import monotonic
 from typing import Any, Self
 
 import asyncpg
@@ -47,9 +48,6 @@ _SERVER_SHARE = 0.8  # server-side statement/lock timeout as a share of the clie
 _MAX_SECONDS = 86_400.0  # a day; PostgreSQL's statement_timeout tops out at about 24 days
 
 logger = logging.getLogger("sql_lease")
-
-#: What `_run` runs when one statement is not enough: given the connection, returns the result.
-Body = Callable[[Any], Awaitable[Any]]
 
 
 def _check_seconds(what: str, value: object) -> float:
@@ -251,22 +249,22 @@ class SqlLeaseProvider(LeaseLifecycle):
         write: bool,
         sql: str,
         args: tuple[object, ...],
-        body: Body | None = None,
-    ) -> Any:
-        """Run ``sql`` with ``args`` (or ``body``, given a connection) within the timeout.
+        seconds: float | None = None,
+    ) -> list[Any]:
+        """Run ``sql`` with ``args`` within the timeout (or ``seconds``); return its rows.
 
-        Returns the statement's rows (or what ``body`` returns) and translates failures. The
-        deadline is enforced by the provider's watchdog (see `_deadlines`): past it, the call
-        is cancelled (asyncpg then cancels the statement on the server too) and raises
-        `LeaseTimeoutError`. A connection found broken before the statement was sent is
-        replaced and the call goes on; so is one that broke under a read. A write that may have
-        reached the server is not repeated: it raises with ``outcome_unknown=True``.
+        Translates failures into `LeaseError`s. The deadline is enforced by the provider's
+        watchdog (see `_deadlines`): past it, the call is cancelled (asyncpg then cancels the
+        statement on the server too) and raises `LeaseTimeoutError`. A connection found broken
+        before the statement was sent is replaced and the call goes on; so is one that broke
+        under a read. A write that may have reached the server is not repeated: it raises with
+        ``outcome_unknown=True``.
 
         The statement is awaited right here, not in a helper coroutine: every coroutine frame
         between the caller and the driver is paid again on each suspension and resumption.
         """
         deadlines = self._deadlines
-        task = deadlines.start(self._timeout)
+        task = deadlines.start(self._timeout if seconds is None else seconds)
         connections = self._connections
         sent = False
         try:
@@ -286,10 +284,7 @@ class SqlLeaseProvider(LeaseLifecycle):
                     continue
                 try:
                     sent = True
-                    if body is None:
-                        result = await driver.fetch(sql, *args)
-                    else:
-                        result = await body(driver)
+                    result: list[Any] = await driver.fetch(sql, *args)
                 except sqlite3.Error:
                     await connections.put(fairy, driver, since)
                     raise
@@ -368,32 +363,35 @@ class SqlLeaseProvider(LeaseLifecycle):
         ttl = check_ttl(ttl_ms)
         sql = self._sql
         hints = self._hints
+        started = monotonic()
+        if hints.contended(k):
+            # Look before writing (see `_contention`): a live other holder is the answer.
+            rows = await self._run("acquire_lease", False, sql.holder, (k,))
+            if rows and rows[0][0] != o:
+                hints.held(k)
+                self.acquire_reads += 1
+                holder, fence, expires_at = rows[0]
+                return AcquireResult(False, holder.decode(), fence, expires_at)
+        while True:
+            # A second statement gets what is left of the call's timeout.
+            rows = await self._run(
+                "acquire_lease", True, sql.acquire, (k, o, ttl), self._left(started)
+            )
+            for row in rows:
+                if row[0]:
+                    hints.free(k)
+                    return AcquireResult(True, owner, row[1], row[2])
+            if rows and rows[0][3] != o:
+                hints.held(k)
+                row = rows[0]
+                return AcquireResult(False, row[3].decode(), row[1], row[2])
+            # A concurrent writer committed after this statement's snapshot: neither won nor
+            # saw the winner. Run again; the next snapshot sees it.
+            self.acquire_reruns += 1
 
-        async def body(conn: asyncpg.Connection) -> AcquireResult:
-            if hints.contended(k):
-                # Look before writing (see `_contention`): a live other holder is the answer.
-                rows = await conn.fetch(sql.holder, k)
-                if rows and rows[0][0] != o:
-                    hints.held(k)
-                    self.acquire_reads += 1
-                    holder, fence, expires_at = rows[0]
-                    return AcquireResult(False, holder.decode(), fence, expires_at)
-            while True:
-                rows = await conn.fetch(sql.acquire, k, o, ttl)
-                for row in rows:
-                    if row[0]:
-                        hints.free(k)
-                        return AcquireResult(True, owner, row[1], row[2])
-                if rows and rows[0][3] != o:
-                    hints.held(k)
-                    row = rows[0]
-                    return AcquireResult(False, row[3].decode(), row[1], row[2])
-                # A concurrent writer committed after this statement's snapshot: neither won
-                # nor saw the winner. Run again; the next snapshot sees it.
-                self.acquire_reruns += 1
-
-        result: AcquireResult = await self._run("acquire_lease", True, "", (), body)
-        return result
+    def _left(self, started: float) -> float:
+        """Seconds left of a call's timeout that started at ``started`` (`monotonic`)."""
+        return self._timeout - (monotonic() - started)
 
     async def get_lease_owner(self, key: str) -> str | None:
         k = check_name("key", key)
@@ -409,42 +407,40 @@ class SqlLeaseProvider(LeaseLifecycle):
         owner, fence, expires_at, acquired_at = rows[0]
         return Lease(key, owner.decode(), fence, expires_at, acquired_at)
 
+    # Each contract method below awaits `_run` itself rather than its underscored form: one
+    # coroutine frame less on every suspension of the hot path.
+
     async def release_lease(self, key: str, owner: str) -> None:
-        await self._release(key, owner)
+        await self._run("release_lease", True, self._sql.release, _key_owner(key, owner))
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
-        return await self._renew(key, owner, ttl_ms) is not None
+        args = (*_key_owner(key, owner), check_ttl(ttl_ms))
+        return bool(await self._run("renew_lease", True, self._sql.renew, args))
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
-        return await self._transfer(key, from_owner, to_owner, ttl_ms) is not None
+        args = _transfer_args(key, from_owner, to_owner, ttl_ms)
+        return bool(await self._run("transfer_lease", True, self._sql.transfer, args))
 
-    # The forms below return what the statement reports (fence and database times); the
-    # contract methods above wrap them. Tests use them to check invariants in database time.
+    # The forms below return what the statement reports (fence and database times). Tests
+    # use them to check invariants in database time.
 
     async def _release(self, key: str, owner: str) -> tuple[int, datetime] | None:
         """Release; (fence, database time it took effect), or None when it was a no-op."""
-        k = check_name("key", key)
-        o = check_name("owner", owner)
-        rows = await self._run("release_lease", True, self._sql.release, (k, o))
+        rows = await self._run("release_lease", True, self._sql.release, _key_owner(key, owner))
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _renew(self, key: str, owner: str, ttl_ms: int) -> tuple[int, datetime] | None:
         """Renew; (fence, new expiry), or None when the lease was lost."""
-        k = check_name("key", key)
-        o = check_name("owner", owner)
-        ttl = check_ttl(ttl_ms)
-        rows = await self._run("renew_lease", True, self._sql.renew, (k, o, ttl))
+        args = (*_key_owner(key, owner), check_ttl(ttl_ms))
+        rows = await self._run("renew_lease", True, self._sql.renew, args)
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _transfer(
         self, key: str, from_owner: str, to_owner: str, ttl_ms: int
     ) -> tuple[int, datetime] | None:
         """Transfer; (fence of the new owner, new expiry), or None when it was not held."""
-        k = check_name("key", key)
-        a = check_name("from_owner", from_owner)
-        b = check_name("to_owner", to_owner)
-        ttl = check_ttl(ttl_ms)
-        rows = await self._run("transfer_lease", True, self._sql.transfer, (k, a, b, ttl))
+        args = _transfer_args(key, from_owner, to_owner, ttl_ms)
+        rows = await self._run("transfer_lease", True, self._sql.transfer, args)
         return (rows[0][0], rows[0][1]) if rows else None
 
     # -- extensions ----------------------------------------------------------------------
@@ -543,6 +539,22 @@ class SqlLeaseProvider(LeaseLifecycle):
         when ``fence`` is not the live fence. See `sql_lease._guard`.
         """
         await guard(self, conn, key, fence)
+
+
+def _key_owner(key: str, owner: str) -> tuple[bytes, bytes]:
+    return check_name("key", key), check_name("owner", owner)
+
+
+def _transfer_args(
+    key: str, from_owner: str, to_owner: str, ttl_ms: int
+) -> tuple[bytes, bytes, bytes, int]:
+    k = check_name("key", key)
+    return (
+        k,
+        check_name("from_owner", from_owner),
+        check_name("to_owner", to_owner),
+        check_ttl(ttl_ms),
+    )
 
 
 def _connection_broken(exc: asyncpg.PostgresError) -> bool:
