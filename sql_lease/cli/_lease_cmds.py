@@ -6,6 +6,7 @@ was not the owner, or there was nothing to show or release.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -45,12 +46,19 @@ def _holder(lease: Lease | None, now: datetime) -> str:
     "--prefix", default=None, callback=to_name, help="Only keys starting with this (escapes read)."
 )
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--after",
+    default=None,
+    callback=to_name,
+    metavar="KEY",
+    help="Only keys after this one (the last key of the previous page; escapes read).",
+)
 @database_options
-def list_cmd(settings: Settings, prefix: str | None, limit: int) -> int:
-    """Live leases: key, owner, fence and time left."""
+def list_cmd(settings: Settings, prefix: str | None, limit: int, after: str | None) -> int:
+    """Live leases in key order: key, owner, fence and time left."""
 
     async def body(p: SqlLeaseProvider) -> tuple[list[Lease], datetime]:
-        return await p.list_leases(prefix, limit=limit), await p.now()
+        return await p.list_leases(prefix, limit=limit, after=after), await p.now()
 
     leases, now = with_provider(settings, body)
     if settings.as_json:
@@ -60,7 +68,8 @@ def list_cmd(settings: Settings, prefix: str | None, limit: int) -> int:
     else:
         lease_table(leases, now)
         if len(leases) == limit:
-            note(f"showing the first {limit}; raise --limit to see more")
+            last = shlex.quote(escape(leases[-1].key))
+            note(f"showing {limit}; next page: --after {last}")
     return ExitCode.OK
 
 

@@ -80,3 +80,18 @@ def test_as_a_process_not_the_owner_exits_1(cli: Cli, cli_url: str) -> None:
     assert lost.code == 1 and lost.err == ""
     answer = json.loads(lost.out)
     assert (answer["acquired"], answer["key"], answer["owner"]) == (False, "proc\0key", "run-1")
+
+
+def test_list_pages_with_after(sql_lease: Cli, cli_url: str) -> None:
+    for name in ("a", "b", "c"):
+        assert sql_lease("acquire", rf"page\0{name}", "me", "--url", cli_url).code == 0
+    first = sql_lease("list", "--prefix", r"page\0", "--limit", "2", "--url", cli_url)
+    assert first.code == 0
+    assert r"page\x00a" in first.out and r"page\x00b" in first.out
+    assert r"page\x00c" not in first.out
+    assert r"next page: --after 'page\x00b'" in first.err  # the hint reads back as typed
+    rest = sql_lease(
+        "list", "--prefix", r"page\0", "--after", r"page\x00b", "--json", "--url", cli_url
+    )
+    assert rest.code == 0
+    assert [item["key"] for item in json.loads(rest.out)] == ["page\0c"]
