@@ -212,7 +212,7 @@ class HeldLease:
         self.handed_to = to_owner
         self._state = _State.HANDED_OFF
         self._ended.set()
-        _wait.notify_local(self._provider, self.key)
+        self._notify_waiters()
         logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
 
     # -- context manager ------------------------------------------------------------------
@@ -394,6 +394,11 @@ class HeldLease:
         _background.add(task)
         task.add_done_callback(_background.discard)
 
+    def _notify_waiters(self) -> None:
+        """Wake a local waiter of the key, unless the provider's release already did."""
+        if not _wait.notifies_itself(self._provider):
+            _wait.notify_local(self._provider, self.key)
+
     async def _do_release(self, quiet: bool = False) -> None:
         try:
             await _renewer.renewer_for(self._provider).settle(self)  # release after renewals
@@ -406,7 +411,7 @@ class HeldLease:
                 exc,
             )
             return
-        _wait.notify_local(self._provider, self.key)
+        self._notify_waiters()
         if not quiet:
             logger.debug("lease %r released by %r", self.key, self.owner)
             await self._call_hook("on_released")

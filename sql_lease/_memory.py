@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from ._contract import AcquireResult, Lease
 from ._hold import LeaseLifecycle
 from ._validate import check_items, check_limit, check_millis, check_name, check_prefix, check_ttl
+from ._wait import notify_local
 
 __all__ = ["InMemoryLeaseProvider"]
 
@@ -32,8 +33,12 @@ class InMemoryLeaseProvider(LeaseLifecycle):
 
     ``clock`` returns seconds (default `time.monotonic`); tests can inject a fake one. Reported
     datetimes map clock readings onto wall time as of construction. Fences come from one
-    counter per provider, so they strictly increase on every change of owner.
+    counter per provider, so they strictly increase on every change of owner. A release,
+    transfer or force-release wakes a waiter of the key (`wait_for_lease`) at once.
     """
+
+    #: Every change of this provider happens here, so it wakes waiters itself (no polling).
+    _notifies_waiters = True
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -93,8 +98,10 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         check_name("owner", owner)
         with self._lock:
             entry = self._leases.get(key)
-            if entry is not None and entry.owner == owner:
-                del self._leases[key]
+            if entry is None or entry.owner != owner:
+                return
+            del self._leases[key]
+        notify_local(self, key)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
         check_name("key", key)
@@ -118,12 +125,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             entry = self._live(key, now)
             if entry is None or entry.owner != from_owner:
                 return False
-            if to_owner != from_owner:
-                entry.owner = to_owner
-                entry.fence = next(self._fences)
-                entry.acquired = now
             entry.expires = now + ttl_ms / 1000
-            return True
+            if to_owner == from_owner:
+                return True
+            entry.owner = to_owner
+            entry.fence = next(self._fences)
+            entry.acquired = now
+        notify_local(self, key)
+        return True
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
@@ -137,6 +146,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             if entry is None:
                 return False
             del self._leases[key]
+        notify_local(self, key)
         logger.warning(
             "force-released lease %r held by %r (fence %d)", key, entry.owner, entry.fence
         )

@@ -9,8 +9,9 @@ Notifications are hints, never needed for correctness: on PostgreSQL they come t
 LISTEN connection per provider (`_listen`), which can drop them (lost connection, poolers), so
 a waiter also re-checks at the holder's expiry and after the listener reconnects. A
 notification wakes one local waiter of the key (the first in line), not all of them; the
-expiry re-checks are jittered. Providers without notifications (in-memory, SQLite) are re-checked
-every `POLL_S` seconds, and releases made through `hold` in this process wake a waiter at once.
+expiry re-checks are jittered. The in-memory provider wakes a waiter itself on every release,
+transfer or force-release. Other providers without notifications (SQLite) are re-checked every
+`POLL_S` seconds, and releases made through `hold` in this process wake a waiter at once.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ __all__ = [
     "Hub",
     "close_listener",
     "hub_for",
+    "notifies_itself",
     "notify_local",
     "wait_for",
     "wait_for_lease",
 ]
 
-#: Re-check interval for providers that cannot notify (in-memory, SQLite), in seconds.
+#: Re-check interval for providers that cannot notify (SQLite), in seconds.
 POLL_S = 0.05
 _JITTER_S = (0.005, 0.05)  # added to expiry re-checks and reconnect wake-ups
 _OFFSET_MAX_AGE_S = 30.0  # how long a measured provider clock offset is trusted
@@ -68,6 +70,11 @@ def _lookup(provider: Any) -> Hub | None:
     except TypeError:
         pinned = _pinned.get(id(provider))
         return None if pinned is None else pinned[1]
+
+
+def notifies_itself(provider: Any) -> bool:
+    """True for providers whose own release/transfer wakes local waiters (in-memory)."""
+    return bool(getattr(provider, "_notifies_waiters", False))
 
 
 def notify_local(provider: Any, key: str) -> None:
@@ -220,7 +227,7 @@ async def wait_for(
             if result.expires_at is not None:
                 until = await hub.seconds_until(provider, result.expires_at)
                 wake_at = min(wake_at, loop.time() + max(0.0, until) + random.uniform(*_JITTER_S))
-            if hub.listener is None:
+            if hub.listener is None and not notifies_itself(provider):
                 wake_at = min(wake_at, loop.time() + POLL_S)
             # A reconnect since arming means notifications may have been missed: look again.
             if waiter.generation == hub.generation():
