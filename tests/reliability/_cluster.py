@@ -54,6 +54,14 @@ class Cluster:
             pw = pwd.getpwnam("postgres")
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
         self.restarts = 0
+        self.extra_options = ""  # more server options for `start` (e.g. TLS settings)
+
+    def give_to_server(self, path: Path, mode: int = 0o600) -> None:
+        """Make ``path`` readable by the server process only (key files must be 0600)."""
+        if self._as_postgres:
+            pw = pwd.getpwnam("postgres")
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+        path.chmod(mode)
 
     def _run(self, *args: str) -> None:
         cmd = [str(self.bindir / args[0]), *args[1:]]
@@ -85,7 +93,7 @@ class Cluster:
     def start(self) -> None:
         options = (
             f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c max_connections=60 -c shared_buffers=16MB"
+            "-c max_connections=60 -c shared_buffers=16MB " + self.extra_options
         )
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
 

@@ -189,3 +189,24 @@ def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
     for text in (sql.acquire, sql.renew, sql.release, sql.transfer, sql.get_owner, sql.get_lease):
         assert "$1" in text
         assert "now()" not in text.lower().replace("clock_timestamp()", "")
+
+
+def test_libpq_tls_parameters_reach_asyncpg_through_its_dsn() -> None:
+    from sql_lease._urls import normalize_url, redact
+
+    url = normalize_url(
+        "postgres://u:pw@db.example/app?sslmode=verify-full&sslrootcert=/etc/ca.pem"
+        "&sslcert=/c.pem&sslkey=/k.pem&sslpassword=s3cret&application_name=x"
+    )
+    assert url.drivername == "postgresql+asyncpg"
+    assert url.query["ssl"] == "verify-full"
+    assert url.query["application_name"] == "x"  # a server setting: left as it is
+    assert url.query["dsn"] == (
+        "postgresql://?sslcert=%2Fc.pem&sslkey=%2Fk.pem&sslrootcert=%2Fetc%2Fca.pem"
+        "&sslpassword=s3cret"
+    )
+    assert not {"sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword"} & set(url.query)
+    assert normalize_url(url) == url  # idempotent
+    shown = redact(url)
+    assert "s3cret" not in shown and "pw" not in shown.split("@")[0]
+    assert "sslrootcert=%2Fetc%2Fca.pem" in shown and "dsn=" not in shown
