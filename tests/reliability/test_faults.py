@@ -10,14 +10,18 @@ For every kind of fault the same invariants are checked on the recorded history:
 - once the fault is over the provider recovers by itself: calls made a moment later succeed.
 
 Each test prints what it injected and which errors came back (type, outcome_unknown, SQLSTATE).
+``SQL_LEASE_FAULT_ROUNDS`` (default 1) runs every fault test that many times, each on a fresh
+database: ``SQL_LEASE_FAULT_ROUNDS=20 scripts/test tests/reliability/test_faults.py -s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -46,6 +50,13 @@ from ._workers import (
 
 #: What a loaded two-core machine may add to a call's configured timeout.
 SLACK = 0.6
+ROUNDS = int(os.environ.get("SQL_LEASE_FAULT_ROUNDS", "1"))
+
+
+@pytest.fixture(autouse=True, params=range(1, ROUNDS + 1), ids=lambda n: f"round{n}")
+def fault_round(request: pytest.FixtureRequest) -> int:
+    """Repeats every test of this module ``SQL_LEASE_FAULT_ROUNDS`` times (a soak knob)."""
+    return int(request.param)
 
 
 def error_kinds(calls: list[Call]) -> Counter[str]:
@@ -186,7 +197,8 @@ async def test_network_stall_between_client_and_server(database_url: str) -> Non
         u.set(host="127.0.0.1", port=proxy.port), timeout=timeout, connect_timeout=0.5, pool_size=3
     )
     direct = SqlLeaseProvider.from_url(database_url, timeout=5, pool_size=2)
-    keys = ("stall\0a", "stall\0b")
+    run = uuid.uuid4().hex[:8]  # the session database outlives this test: fresh keys
+    keys = (f"stall\0a\0{run}", f"stall\0b\0{run}")
     try:
         cal = await calibrate(direct)
         start = time.time()
