@@ -279,9 +279,6 @@ class SqlLeaseProvider(LeaseLifecycle):
                             continue
                         raise
                 fairy, driver, since = pair
-                if driver.is_closed():  # died while idle (server restart, killed backend)
-                    await connections.drop(fairy)
-                    continue
                 try:
                     sent = True
                     result: list[Any] = await driver.fetch(sql, *args)
@@ -298,7 +295,8 @@ class SqlLeaseProvider(LeaseLifecycle):
                         continue
                     raise
                 except (asyncpg.InterfaceError, asyncpg.InternalClientError):
-                    # asyncpg refused before sending: the connection died while idle.
+                    # Refused before sending: the connection died while idle (server restart,
+                    # killed backend). The driver checks that itself, so we do not check first.
                     await connections.drop(fairy)
                     sent = False
                     continue

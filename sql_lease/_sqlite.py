@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Final
 
+import asyncpg
+
 from ._statements import Statements
 from ._validate import check_identifier
 from .schema import notify_channel
@@ -173,6 +175,8 @@ class SqliteDriver:
         return getattr(self._conn, "_connection", True) is None
 
     async def fetch(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
+        if self.is_closed():  # as asyncpg does: the provider then takes another connection
+            raise asyncpg.InterfaceError("connection is closed")
         if self._conn not in _prepared:
             for pragma in self._pragmas:
                 await (await self._conn.execute(pragma)).fetchall()

@@ -99,3 +99,28 @@ async def test_backend_killed_while_connecting_is_a_connection_error(database_ur
         stop.set()
         thread.join()
     assert not wrong, wrong[:3]
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def owned_provider(request: pytest.FixtureRequest) -> SqlLeaseProvider:
+    fixture = {"postgresql": "sql_provider", "sqlite": "sqlite_provider"}[request.param]
+    provider: SqlLeaseProvider = request.getfixturevalue(fixture)
+    return provider
+
+
+async def test_an_idle_connection_closed_underneath_is_replaced(
+    owned_provider: SqlLeaseProvider,
+) -> None:
+    # The provider does not ask a connection whether it is open before each statement (the
+    # driver does): a closed one must still be dropped and the call go on, nothing lost.
+    provider = owned_provider
+    assert (await provider.acquire_lease("idle\0k", "a", 30_000)).acquired
+    idle = list(provider._connections._idle)
+    assert idle, "an owned engine keeps its connection between calls"
+    for _, driver, _ in idle:
+        await (driver._conn.close() if provider._sqlite else driver.close())
+    assert await provider.get_lease_owner("idle\0k") == "a"  # a read
+    assert await provider.renew_lease("idle\0k", "a", 30_000)  # a write: nothing was sent
+    assert provider._connections._idle and all(
+        not d.is_closed() for _, d, _ in provider._connections._idle
+    )
