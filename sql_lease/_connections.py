@@ -12,8 +12,8 @@ caller's pool after each call.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
+from time import monotonic
 from typing import Any, Final
 
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
@@ -68,7 +68,7 @@ class Connections:
         driver = fairy.driver_connection
         if self._sqlite_pragmas is not None:
             driver = SqliteDriver(driver, self._sqlite_pragmas)
-        return fairy, driver, time.monotonic()
+        return fairy, driver, monotonic()
 
     async def _wait(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -92,7 +92,7 @@ class Connections:
 
     def keep(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> bool:
         """Keep a healthy connection for the next call; False when it must go back instead."""
-        if self._limit is not None and time.monotonic() - since < MAX_HOLD:
+        if self._limit is not None and monotonic() - since < MAX_HOLD:
             self._idle.append((fairy, driver, since))
             if self._waiters:
                 self._wake()
