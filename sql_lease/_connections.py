@@ -1,12 +1,16 @@
 """Connections for the provider's statements, taken from the engine's SQLAlchemy pool.
 
 Checking a connection out of SQLAlchemy's async pool and back in costs two greenlet switches
-per call, more than the statement itself on a fast network. A provider that owns its engine
-therefore keeps the connections it has used checked out and reuses them directly: never more
-than the pool's size plus overflow (callers beyond that wait here for one to come back), and
-each is handed back to the pool after `MAX_HOLD` seconds so that the pool's recycling and
-disposal still apply. With an engine the caller owns, every connection goes back to the
-caller's pool after each call.
+per call, more than the statement itself on a fast network. The provider therefore keeps the
+connections it has used checked out and reuses them directly: never more than the pool's size
+plus overflow (callers beyond that wait here for one to come back), each handed back to the
+pool after `MAX_HOLD` seconds so that the pool's recycling and disposal still apply.
+
+A provider that owns its engine keeps idle connections too. With an engine the caller owns
+(and shares with other work), connections are kept only while other calls of the provider are
+in flight: the call that leaves none in flight hands every connection back. A busy provider so
+keeps what it uses, and an idle one holds nothing of the caller's pool (nothing is left checked
+out when the caller disposes of the engine after its last call).
 """
 
 from __future__ import annotations
@@ -29,22 +33,37 @@ MAX_HOLD: Final = 60.0  # seconds a connection stays out of the pool between ret
 class Connections:
     """Hands out (pool connection, driver connection) pairs; see the module docstring."""
 
-    __slots__ = ("_idle", "_limit", "_out", "_pool", "_sqlite_pragmas", "_waiters")
+    __slots__ = (
+        "_busy",
+        "_idle",
+        "_limit",
+        "_out",
+        "_pool",
+        "_shared",
+        "_sqlite_pragmas",
+        "_waiters",
+    )
 
-    def __init__(self, pool: Pool, *, hold: bool, sqlite_pragmas: tuple[str, ...] | None) -> None:
+    def __init__(self, pool: Pool, *, shared: bool, sqlite_pragmas: tuple[str, ...] | None) -> None:
+        """``shared``: the pool is the caller's; keep connections only while calls overlap."""
         self._pool = pool
         self._sqlite_pragmas = sqlite_pragmas
+        self._shared = shared
         # Holding needs a known bound on the pool: a QueuePool's size plus overflow.
         self._limit: int | None = None
-        if hold and isinstance(pool, QueuePool) and pool._max_overflow >= 0:
+        if isinstance(pool, QueuePool) and pool._max_overflow >= 0:
             self._limit = pool.size() + pool._max_overflow
         self._out = 0  # connections checked out of the pool by us, busy or idle
+        self._busy = 0  # of those, the ones a call is using
         self._idle: list[tuple[PoolProxiedConnection, Any, float]] = []  # (.., .., since)
         self._waiters: deque[asyncio.Future[None]] = deque()
 
     def take(self) -> tuple[PoolProxiedConnection, Any, float] | None:
         """An idle held connection, without waiting (the hot path), or None."""
-        return self._idle.pop() if self._idle else None
+        if not self._idle:
+            return None
+        self._busy += 1
+        return self._idle.pop()
 
     async def get(self) -> tuple[PoolProxiedConnection, Any, float]:
         """A connection: an idle one, a new one from the pool, or the next one given back.
@@ -53,16 +72,17 @@ class Connections:
         """
         while not self._idle and self._limit is not None and self._out >= self._limit:
             await self._wait()
-        if self._idle:
-            return self._idle.pop()
-        return await self._checkout()
+        pair = self.take()
+        return pair if pair is not None else await self._checkout()
 
     async def _checkout(self) -> tuple[PoolProxiedConnection, Any, float]:
         self._out += 1
+        self._busy += 1
         try:
             fairy = await greenlet_spawn(self._pool.connect)
         except BaseException:
             self._out -= 1
+            self._busy -= 1
             self._wake()
             raise
         driver = fairy.driver_connection
@@ -91,31 +111,48 @@ class Connections:
                 return
 
     def keep(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> bool:
-        """Keep a healthy connection for the next call; False when it must go back instead."""
-        if self._limit is not None and monotonic() - since < MAX_HOLD:
+        """A call is done with a healthy connection: keep it for the next call (True), or
+        False when the caller must `give_back` it."""
+        self._busy -= 1
+        if (
+            self._limit is not None
+            and (self._busy or not self._shared)
+            and monotonic() - since < MAX_HOLD
+        ):
             self._idle.append((fairy, driver, since))
             if self._waiters:
                 self._wake()
             return True
         return False
 
+    async def give_back(self, fairy: PoolProxiedConnection) -> None:
+        """Return a connection `keep` did not keep to the pool (and, on a shared pool with no
+        call left in flight, every idle one with it)."""
+        self._out -= 1
+        self._wake()
+        await greenlet_spawn(fairy.close)
+        if self._shared and not self._busy and self._idle:
+            await self.close()
+
     async def put(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> None:
         """Take back a healthy connection after a call (keep it, or return it to the pool)."""
         if not self.keep(fairy, driver, since):
-            self._out -= 1
-            self._wake()
-            await greenlet_spawn(fairy.close)
+            await self.give_back(fairy)
 
     async def drop(self, fairy: PoolProxiedConnection) -> None:
         """Discard a broken connection (the pool opens a new one when needed)."""
         self._out -= 1
+        self._busy -= 1
         self._wake()
         fairy.invalidate()
         await greenlet_spawn(fairy.close)
+        if self._shared and not self._busy and self._idle:
+            await self.close()
 
     async def close(self) -> None:
         """Return every idle connection to the pool."""
         idle, self._idle = self._idle, []
         for fairy, _, _ in idle:
             self._out -= 1
+            self._wake()
             await greenlet_spawn(fairy.close)

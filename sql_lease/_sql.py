@@ -112,7 +112,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         self._where = redact(engine.url)
         self._connections = Connections(
             engine.sync_engine.pool,
-            hold=False,
+            shared=True,
             sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
@@ -194,11 +194,11 @@ class SqlLeaseProvider(LeaseLifecycle):
         return provider
 
     def _own_engine(self) -> None:
-        # Nobody else uses this engine: keep connections between calls (see `_connections`).
+        # Nobody else uses this engine: keep idle connections too (see `_connections`).
         self._owns_engine = True
         self._connections = Connections(
             self._engine.sync_engine.pool,
-            hold=True,
+            shared=False,
             sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
         )
 
@@ -312,7 +312,7 @@ class SqlLeaseProvider(LeaseLifecycle):
                         continue
                     raise
                 if not connections.keep(fairy, driver, since):
-                    await connections.put(fairy, driver, since)
+                    await connections.give_back(fairy)
                 return result
             raise LeaseDatabaseError("no usable connection", operation=operation)
         except LeaseError:
