@@ -4,7 +4,7 @@ The loop sleeps until the earliest lease is due, then renews every lease that ha
 least half of its renewal interval, so leases taken at different moments fall into step and
 share one statement per tick. ``renew_leases`` takes one TTL per call, so a tick sends one
 statement per distinct TTL among the leases it renews (run concurrently). The loop exists only
-while something is held. Renewers live in a `weakref.WeakKeyDictionary` keyed by provider and
+while something is held. Renewers are kept per provider (`PerProvider`: weakly keyed) and
 refer to it weakly, so a provider and its renewer are collected together.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ._per_provider import PerProvider
 from .errors import LeaseDatabaseError
 
 if TYPE_CHECKING:
@@ -26,21 +27,14 @@ __all__ = ["Renewer", "renew_batch", "renewer_for"]
 
 logger = logging.getLogger("sql_lease.hold")
 
-_renewers: weakref.WeakKeyDictionary[Any, Renewer] = weakref.WeakKeyDictionary()
-_pinned: dict[int, tuple[Any, Renewer]] = {}  # providers without weak references (the noop)
+_renewers: PerProvider[Renewer] = PerProvider(lambda p, weak: Renewer(p, weak=weak))
 
 Outcome = tuple[bool, datetime | None]  # (still held, new expiry if the provider reports it)
 
 
 def renewer_for(provider: Any) -> Renewer:
     """The renewal scheduler of ``provider`` (created on first use)."""
-    try:
-        renewer = _renewers.get(provider)
-        if renewer is None:
-            renewer = _renewers[provider] = Renewer(provider)
-    except TypeError:  # not weakly referenceable: keep it (and its renewer) for good
-        renewer = _pinned.setdefault(id(provider), (provider, Renewer(provider, weak=False)))[1]
-    return renewer
+    return _renewers.get(provider)
 
 
 async def renew_batch(provider: Any, pairs: Sequence[tuple[str, str]], ttl: int) -> list[Outcome]:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import weakref
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._contract import AcquireResult
 from ._listen import Listener
+from ._per_provider import PerProvider
 from ._validate import check_millis, check_name, check_ttl
 
 __all__ = [
@@ -43,8 +43,7 @@ POLL_S = 0.05
 _JITTER_S = (0.005, 0.05)  # added to expiry re-checks and reconnect wake-ups
 _OFFSET_MAX_AGE_S = 30.0  # how long a measured provider clock offset is trusted
 
-_hubs: weakref.WeakKeyDictionary[Any, Hub] = weakref.WeakKeyDictionary()
-_pinned: dict[int, tuple[Any, Hub]] = {}  # providers without weak references (the noop)
+_hubs: PerProvider[Hub] = PerProvider(lambda p, _weak: Hub(p))
 
 
 def _can_notify(provider: Any) -> bool:
@@ -55,21 +54,7 @@ def _can_notify(provider: Any) -> bool:
 
 def hub_for(provider: Any) -> Hub:
     """The waiter registry of ``provider`` (created on first use)."""
-    try:
-        hub = _hubs.get(provider)
-        if hub is None:
-            hub = _hubs[provider] = Hub(provider)
-    except TypeError:  # not weakly referenceable: keep it (and its hub) for good
-        hub = _pinned.setdefault(id(provider), (provider, Hub(provider)))[1]
-    return hub
-
-
-def _lookup(provider: Any) -> Hub | None:
-    try:
-        return _hubs.get(provider)
-    except TypeError:
-        pinned = _pinned.get(id(provider))
-        return None if pinned is None else pinned[1]
+    return _hubs.get(provider)
 
 
 def notifies_itself(provider: Any) -> bool:
@@ -82,14 +67,14 @@ def notify_local(provider: Any, key: str) -> None:
 
     Only for providers without a notification channel: on PostgreSQL the NOTIFY does it.
     """
-    hub = _lookup(provider)
+    hub = _hubs.find(provider)
     if hub is not None and hub.listener is None:
         hub.notify(key)
 
 
 async def close_listener(provider: Any) -> None:
     """Close ``provider``'s LISTEN connection now (for its ``aclose``); waiters reopen it."""
-    hub = _lookup(provider)
+    hub = _hubs.find(provider)
     if hub is not None and hub.listener is not None:
         await hub.listener.close()
 
