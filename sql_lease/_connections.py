@@ -131,8 +131,7 @@ class Connections:
         self._out -= 1
         self._wake()
         await greenlet_spawn(fairy.close)
-        if self._shared and not self._busy and self._idle:
-            await self.close()
+        await self._release_when_unused()
 
     async def put(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> None:
         """Take back a healthy connection after a call (keep it, or return it to the pool)."""
@@ -146,6 +145,10 @@ class Connections:
         self._wake()
         fairy.invalidate()
         await greenlet_spawn(fairy.close)
+        await self._release_when_unused()
+
+    async def _release_when_unused(self) -> None:
+        """On a shared pool, hand every idle connection back once no call is in flight."""
         if self._shared and not self._busy and self._idle:
             await self.close()
 

@@ -362,6 +362,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         sql = self._sql
         hints = self._hints
         started = monotonic()
+        seconds = None  # the first statement gets the whole timeout, a second what is left
         if hints.contended(k):
             # Look before writing (see `_contention`): a live other holder is the answer.
             rows = await self._run("acquire_lease", False, sql.holder, (k,))
@@ -370,11 +371,9 @@ class SqlLeaseProvider(LeaseLifecycle):
                 self.acquire_reads += 1
                 holder, fence, expires_at = rows[0]
                 return AcquireResult(False, holder.decode(), fence, expires_at)
+            seconds = self._left(started)
         while True:
-            # A second statement gets what is left of the call's timeout.
-            rows = await self._run(
-                "acquire_lease", True, sql.acquire, (k, o, ttl), self._left(started)
-            )
+            rows = await self._run("acquire_lease", True, sql.acquire, (k, o, ttl), seconds)
             for row in rows:
                 if row[0]:
                     hints.free(k)
@@ -386,6 +385,7 @@ class SqlLeaseProvider(LeaseLifecycle):
             # A concurrent writer committed after this statement's snapshot: neither won nor
             # saw the winner. Run again; the next snapshot sees it.
             self.acquire_reruns += 1
+            seconds = self._left(started)
 
     def _left(self, started: float) -> float:
         """Seconds left of a call's timeout that started at ``started`` (`monotonic`)."""
