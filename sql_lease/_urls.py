@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -9,6 +10,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ._libpq import DSN_ONLY, DSN_PREFIX, check_query, connect_arguments
 from .errors import LeaseValueError
 
 __all__ = ["build_engine", "normalize_url", "redact"]
@@ -20,20 +22,14 @@ def normalize_url(url: str | URL) -> URL:
     """Parse ``url``: ``postgresql://``/``postgres://`` become ``postgresql+asyncpg://`` and
     ``sqlite:///path`` becomes ``sqlite+aiosqlite:///path`` (a file; memory is refused).
 
-    Percent-encoded passwords are decoded by the parser; a libpq-style ``sslmode`` query
-    parameter becomes asyncpg's ``ssl``, and the libpq TLS file and version parameters
-    (``sslrootcert``, ``sslcert``, ``sslkey``, ``sslpassword``, ``sslcrl``...) reach asyncpg
-    through its ``dsn`` argument, the only way it takes them. Raises `LeaseValueError` for
-    anything else.
+    Percent-encoded passwords are decoded by the parser. libpq's multi-host form
+    (``postgresql://u@h1:5432,h2:5433/db``) becomes SQLAlchemy's ``?host=h1,h2&port=5432,5433``
+    (a host without a port gets 5432). The query may carry the libpq parameters of `_libpq`
+    (anything else raises): ``sslmode`` becomes asyncpg's ``ssl``, and the TLS file and
+    version parameters reach asyncpg through its ``dsn`` argument, the only way it takes them.
+    Raises `LeaseValueError` for anything else, without quoting the URL.
     """
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except (ArgumentError, ValueError, TypeError) as exc:
-        # The parser's message can quote the URL, password included: keep it out.
-        raise LeaseValueError(
-            f"not a valid database URL ({type(exc).__name__}); expected "
-            "postgresql://user:password@host:port/db or sqlite:///path.db"
-        ) from None
+    parsed = url if isinstance(url, URL) else _parse(url)
     if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
         if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
             raise LeaseValueError(
@@ -46,33 +42,110 @@ def normalize_url(url: str | URL) -> URL:
             f"unsupported database URL scheme {parsed.drivername!r}: use postgresql://, "
             "postgres://, postgresql+asyncpg://, or sqlite:///path.db"
         )
-    parsed = parsed.set(drivername="postgresql+asyncpg")
+    if "@" in (parsed.host or ""):
+        raise LeaseValueError(_TWO_ATS)
+    if parsed.port is not None:
+        _check_port(str(parsed.port))
+    parsed = parsed.set(drivername="postgresql+asyncpg", query=check_query(parsed.query))
     if "sslmode" in parsed.query and "ssl" not in parsed.query:
         parsed = parsed.update_query_dict({"ssl": parsed.query["sslmode"]}).difference_update_query(
             ["sslmode"]
         )
-    tls = {name: parsed.query[name] for name in _DSN_ONLY if name in parsed.query}
+    parsed = parsed.difference_update_query(["sslmode"])
+    tls = {name: parsed.query[name] for name in DSN_ONLY if name in parsed.query}
     if tls and "dsn" not in parsed.query:
-        for name, value in tls.items():
-            if not isinstance(value, str):
-                raise LeaseValueError(f"the URL gives {name} more than once")
         # asyncpg merges this DSN with the host, user... given as arguments (which win).
-        dsn = "postgresql://?" + urlencode(tls)
+        dsn = DSN_PREFIX + urlencode(tls)
         parsed = parsed.difference_update_query(list(tls)).update_query_dict({"dsn": dsn})
     return parsed
 
 
-#: libpq parameters asyncpg reads from a DSN only (not as keyword arguments).
-_DSN_ONLY = (
-    "sslcert",
-    "sslkey",
-    "sslrootcert",
-    "sslcrl",
-    "sslpassword",
-    "sslnegotiation",
-    "ssl_min_protocol_version",
-    "ssl_max_protocol_version",
+_TWO_ATS = (
+    "the database URL has more than one '@': percent-encode every '@' but the one before the "
+    "host as %40, in the user name, the password or a parameter (postgresql://user:p%40ss@host/db)"
 )
+
+
+def _parse(text: str) -> URL:
+    """`make_url`, after checking a PostgreSQL URL's authority and rewriting a host list."""
+    hosts: dict[str, str] = {}
+    if isinstance(text, str):  # anything else is left to the parser's refusal
+        scheme, sep, rest = text.partition("://")
+        if sep and scheme.lower() in _POSTGRES_ALIASES:
+            text, hosts = _split_hosts(scheme, rest)
+    try:
+        parsed = make_url(text)
+    except (ArgumentError, ValueError, TypeError) as exc:
+        # The parser's message can quote the URL, password included: keep it out.
+        raise LeaseValueError(
+            f"not a valid database URL ({type(exc).__name__}); expected "
+            "postgresql://user:password@host:port/db or sqlite:///path.db"
+        ) from None
+    if hosts:
+        if "host" in parsed.query or "port" in parsed.query:
+            raise LeaseValueError(
+                "the database URL lists hosts both before its path and in host= or port="
+            )
+        parsed = parsed.update_query_dict(hosts)
+    return parsed
+
+
+def _split_hosts(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
+    """Check the host part of ``scheme://rest``; a libpq host list moves to the query.
+
+    Returns the URL text to parse and the ``host``/``port`` query parameters to add (none for
+    a single host). Messages never quote the URL: a misplaced piece of it may be a password.
+    """
+    if rest.count("@") > 1:
+        # Strict on purpose: wherever the parser would cut, a piece of a password with an
+        # unencoded '@' would end up shown as a host, a port, a database or a parameter.
+        raise LeaseValueError(_TWO_ATS)
+    # Where SQLAlchemy's parser ends the user name and password (a password may hold '/').
+    userinfo = _USERINFO.match(rest)
+    start = userinfo.end() if userinfo else 0
+    end = _HOST_END.search(rest, start)
+    stop = end.start() if end else len(rest)
+    pairs = [_host_port(token) for token in rest[start:stop].split(",")] if stop > start else []
+    if len(pairs) < 2:
+        return f"{scheme}://{rest}", {}
+    if not all(host for host, _ in pairs):
+        raise LeaseValueError("the database URL's host list has an empty host")
+    text = f"{scheme}://{rest[:start]}{rest[stop:]}"
+    return text, {
+        "host": ",".join(host for host, _ in pairs),
+        "port": ",".join(str(port or _DEFAULT_PORT) for _, port in pairs),
+    }
+
+
+_DEFAULT_PORT = 5432
+_USERINFO = re.compile(r"[^:/]*(?::[^@]*)?@")
+_HOST_END = re.compile(r"[/?]")
+
+
+def _host_port(token: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``, the port checked."""
+    if token.startswith("["):
+        host, bracket, tail = token[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise LeaseValueError("the database URL has an unclosed '[' in its host")
+        return host, _check_port(tail[1:])
+    host, _, port = token.partition(":")
+    return host, _check_port(port)
+
+
+def _check_port(text: str) -> int | None:
+    """A port from 1 to 65535, or None when empty (the default port)."""
+    if not text:
+        return None
+    if not text.isdigit():
+        raise LeaseValueError(
+            "the port in the database URL is not a number (if the password has an '@', "
+            "percent-encode it as %40)"
+        )
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise LeaseValueError("the port in the database URL is out of range: use 1 to 65535")
+    return port
 
 
 _SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})
@@ -81,20 +154,43 @@ _SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})
 def redact(url: URL) -> str:
     """The URL as text with its password masked, also when given as a query parameter.
 
-    Parameters carried in a ``dsn`` (see `normalize_url`) are shown as plain parameters again.
+    Parameters carried in a ``dsn`` (see `normalize_url`) are shown as plain parameters again,
+    and a host list as libpq writes it (``user@h1:5432,h2:5433/db``).
     """
     dsn = url.query.get("dsn")
-    if isinstance(dsn, str) and dsn.startswith("postgresql://?"):
+    if isinstance(dsn, str) and dsn.startswith(DSN_PREFIX):
         inner = dict(parse_qsl(dsn.partition("?")[2], keep_blank_values=True))
         url = url.difference_update_query(["dsn"]).update_query_dict(inner)
     secrets = [name for name in url.query if name.lower() in _SECRET_PARAMS]
     if secrets:
         url = url.update_query_dict(dict.fromkeys(secrets, "***"))
+    hosts, ports = url.query.get("host"), url.query.get("port")
+    if url.host is None and isinstance(hosts, str) and isinstance(ports, str) and "," in hosts:
+        pairs = zip(hosts.split(","), ports.split(","), strict=False)
+        listed = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in pairs)
+        text = url.difference_update_query(["host", "port"]).render_as_string(hide_password=True)
+        end = _HOST_END.search(text, text.index("://") + 3)
+        stop = end.start() if end else len(text)
+        return text[:stop] + listed + text[stop:]
     return url.render_as_string(hide_password=True)
 
 
 def build_engine(url: URL, **kwargs: Any) -> AsyncEngine:
-    """`create_async_engine`, with bad URL options reported as `LeaseValueError`."""
+    """`create_async_engine` for a `normalize_url` URL, with bad options reported as
+    `LeaseValueError`.
+
+    The libpq parameters asyncpg cannot take from a URL become ``connect_args``: they win
+    over the ones given (``application_name`` and ``options`` settings over the
+    ``server_settings`` given, ``connect_timeout`` over ``timeout``).
+    """
+    if url.drivername == "postgresql+asyncpg":
+        url, mapped = connect_arguments(url)
+        if mapped:
+            given = dict(kwargs.get("connect_args") or {})
+            settings = {**given.get("server_settings", {}), **mapped.pop("server_settings", {})}
+            kwargs["connect_args"] = (
+                given | mapped | ({"server_settings": settings} if settings else {})
+            )
     try:
         return create_async_engine(url, **kwargs)
     except (ArgumentError, ValueError, TypeError) as exc:

@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
+from .._urls import normalize_url, redact
+from ..errors import LeaseValueError
 from ..migrate import ENV_URL
 from ._errors import CliError, ExitCode
 
@@ -25,17 +24,17 @@ class Target:
 
     @property
     def shown(self) -> str:
-        """The URL with its password masked."""
+        """The URL with its password masked (`resolve` made sure it parses)."""
         try:
-            return make_url(self.url).render_as_string(hide_password=True)
-        except ArgumentError:
-            return "(unparsable URL)"
+            return redact(normalize_url(self.url))
+        except LeaseValueError:
+            return "(invalid database URL)"
 
     @property
     def secrets(self) -> tuple[str, ...]:
         try:
-            password = make_url(self.url).password
-        except ArgumentError:
+            password = normalize_url(self.url).password
+        except LeaseValueError:
             return ()
         return (str(password),) if password else ()
 
@@ -54,13 +53,14 @@ def resolve(url: str | None, *, embedded_path: Path | None = None) -> Target:
     """``url`` if given, else the environment, else the embedded SQLite default.
 
     ``embedded_path`` is the SQLite file to use by default (the demo passes a temporary one);
-    it defaults to ``leases.db`` in `state_dir`.
+    it defaults to ``leases.db`` in `state_dir`. A URL that does not parse, or carries a
+    parameter that is not supported, is a usage error here, before any command runs.
     """
     if url:
-        return Target(url)
+        return _named(url, "--url")
     from_env = os.environ.get(ENV_URL)
     if from_env:
-        return Target(from_env)
+        return _named(from_env, ENV_URL)
     path = embedded_path or state_dir() / "leases.db"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -73,3 +73,11 @@ def resolve(url: str | None, *, embedded_path: Path | None = None) -> Target:
         embedded=True,
         note=f"no --url or {ENV_URL}: using the embedded SQLite database at {path}",
     )
+
+
+def _named(url: str, source: str) -> Target:
+    try:
+        normalize_url(url)
+    except LeaseValueError as exc:  # its message never quotes the URL
+        raise CliError(f"{source}: {exc}", ExitCode.USAGE) from None
+    return Target(url)

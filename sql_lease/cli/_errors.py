@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import re
 
 from ..errors import (
@@ -15,14 +16,14 @@ from ..errors import (
     LeaseValueError,
 )
 
-__all__ = ["CliError", "ExitCode", "describe"]
+__all__ = ["CliError", "ExitCode", "describe", "json_error", "one_line"]
 
 
 class ExitCode(enum.IntEnum):
     """The documented exit codes of ``sql-lease``."""
 
     OK = 0
-    NOT_HELD = 1  #: lease not acquired, caller not the owner, nothing to show or release
+    NOT_HELD = 1  #: not acquired, not the owner, no live lease on the key, nothing released
     USAGE = 2  #: bad arguments or options (durations, escapes, URLs, revisions)
     UNREACHABLE = 3  #: the database could not be reached or did not answer in time
     SCHEMA = 4  #: the leases table is missing or behind: run `sql-lease migrate`
@@ -39,20 +40,33 @@ class CliError(Exception):
 
 
 def describe(
-    exc: BaseException, *, where: str = "the database", secrets: tuple[str, ...] = ()
+    exc: BaseException,
+    *,
+    where: str = "the database",
+    secrets: tuple[str, ...] = (),
+    table: str = "leases",
+    migrate_hint: str = "sql-lease migrate",
 ) -> tuple[ExitCode, str] | None:
     """Exit code and one-line message for an expected failure, or None for a bug.
 
     ``where`` names the database (password masked); ``secrets`` (passwords) are masked even if
-    some message below us carried one.
+    some message below us carried one. A missing schema names ``table`` and suggests the
+    ``migrate_hint`` command line that installs it.
     """
     code = _code(exc)
     if code is None:
         return None
     message = str(exc) or type(exc).__name__
     if isinstance(exc, LeaseSchemaError):
-        message = f"the leases table is missing or out of date in {where}: run `sql-lease migrate`"
+        message = (
+            f"the leases table {table} is missing or out of date in {where}: run `{migrate_hint}`"
+        )
     return code, one_line(message, secrets)
+
+
+def json_error(message: str, code: int) -> str:
+    """The JSON document ``--json`` prints on stdout for a failure: ``{"error", "exit"}``."""
+    return json.dumps({"error": message, "exit": int(code)}, indent=2)
 
 
 def one_line(message: str, secrets: tuple[str, ...] = ()) -> str:

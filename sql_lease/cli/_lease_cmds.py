@@ -1,7 +1,8 @@
 """Commands on leases: list, get, acquire, renew, release, transfer, force-release, purge.
 
 Exit 0 when the operation did what was asked, 1 when the lease was not acquired, the caller
-was not the owner, or there was nothing to show or release.
+was not the owner, ``get`` found no live lease or nothing was released. ``list`` and ``purge``
+answer with exit 0 even when they find nothing: an empty answer is still an answer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .._contract import Lease
 from .._sql import SqlLeaseProvider
 from ._errors import ExitCode
 from ._format import escape, format_duration, format_time
-from ._options import Settings, database_options, to_age, to_name, to_ttl
+from ._options import Settings, database_options, to_age, to_name, to_prefix, to_ttl
 from ._output import describe_lease, emit_json, lease_fields, lease_table, millis_between, note, say
 from ._session import with_provider
 
@@ -43,7 +44,10 @@ def _holder(lease: Lease | None, now: datetime) -> str:
 
 @click.command("list")
 @click.option(
-    "--prefix", default=None, callback=to_name, help="Only keys starting with this (escapes read)."
+    "--prefix",
+    default=None,
+    callback=to_prefix,
+    help="Only keys starting with this (escapes read; empty: every key).",
 )
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option(
@@ -55,21 +59,27 @@ def _holder(lease: Lease | None, now: datetime) -> str:
 )
 @database_options
 def list_cmd(settings: Settings, prefix: str | None, limit: int, after: str | None) -> int:
-    """Live leases in key order: key, owner, fence and time left."""
+    """Live leases in key order: key, owner, fence and time left (exit 0, also when none).
+
+    A full page ends with the --after value of the next one (--json: "next_after", null on
+    the last page).
+    """
 
     async def body(p: SqlLeaseProvider) -> tuple[list[Lease], datetime]:
         return await p.list_leases(prefix, limit=limit, after=after), await p.now()
 
     leases, now = with_provider(settings, body)
+    next_after = leases[-1].key if len(leases) == limit else None
     if settings.as_json:
-        emit_json([lease_fields(lease, now) for lease in leases])
+        emit_json(
+            {"leases": [lease_fields(lease, now) for lease in leases], "next_after": next_after}
+        )
     elif not leases:
         say("no live leases")
     else:
         lease_table(leases, now)
-        if len(leases) == limit:
-            last = shlex.quote(escape(leases[-1].key))
-            note(f"showing {limit}; next page: --after {last}")
+        if next_after is not None:
+            note(f"showing {limit}; next page: --after {shlex.quote(escape(next_after))}")
     return ExitCode.OK
 
 

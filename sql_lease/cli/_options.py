@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
-from .._validate import check_name, check_ttl
+from .._validate import MAX_TTL_MS, check_name
 from ..errors import LeaseError
 from ..migrate import ENV_SCHEMA, ENV_TABLE, ENV_URL
 from ..schema import DEFAULT_TABLE
@@ -18,33 +19,49 @@ from ._errors import CliError, describe
 from ._values import parse_duration_ms, unescape
 
 __all__ = [
+    "ENV_QUIET",
     "Settings",
     "database_options",
     "json_option",
+    "migrate_command",
     "to_age",
     "to_duration",
     "to_name",
+    "to_prefix",
+    "to_timeout",
     "to_ttl",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+ENV_QUIET = "SQL_LEASE_QUIET"
+
+#: The longest --timeout: what `SqlLeaseProvider` accepts (one day).
+MAX_TIMEOUT_MS = 86_400_000
+
 
 def to_duration(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """Click callback: ``500ms``, ``15s``, ``2m``... as whole milliseconds."""
-    try:
-        return parse_duration_ms(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+    return _duration(ctx, param, value)
 
 
 def to_ttl(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """Click callback: a lease TTL (a duration from 1ms to 365 days)."""
-    millis = to_duration(ctx, param, value)
+    return _duration(ctx, param, value, maximum=MAX_TTL_MS)
+
+
+def to_timeout(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """Click callback: a bound on each database call (a duration from 1ms to one day)."""
+    return _duration(ctx, param, value, maximum=MAX_TIMEOUT_MS)
+
+
+def _duration(
+    ctx: click.Context, param: click.Parameter, value: str, *, maximum: int | None = None
+) -> int:
     try:
-        return check_ttl(millis)
-    except LeaseError as exc:
-        raise click.BadParameter(str(exc).replace("ttl_ms", "the TTL"), ctx, param) from None
+        return parse_duration_ms(value, maximum=maximum)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def to_age(ctx: click.Context, param: click.Parameter, value: str) -> int:
@@ -67,6 +84,11 @@ def to_name(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     return text
 
 
+def to_prefix(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: like `to_name`, but an empty prefix means every key (None)."""
+    return to_name(ctx, param, value) if value else None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Where the leases are and how to talk about them."""
@@ -76,6 +98,7 @@ class Settings:
     schema: str | None
     timeout_ms: int
     as_json: bool
+    quiet: bool = False  #: do not say which database is used
 
 
 def json_option(fn: F) -> F:
@@ -83,7 +106,8 @@ def json_option(fn: F) -> F:
 
 
 def database_options(fn: F) -> F:
-    """Add --url, --table, --schema, --timeout and --json; pass them on as ``settings``."""
+    """Add --url, --table, --schema, --timeout, --quiet and --json; pass them on as
+    ``settings``. Expected failures become a `CliError` (see `describe`)."""
 
     @click.option(
         "--url",
@@ -101,10 +125,17 @@ def database_options(fn: F) -> F:
     @click.option(
         "--timeout",
         default="5s",
-        callback=to_duration,
+        callback=to_timeout,
         metavar="DURATION",
         show_default=True,
-        help="Bound on each database call, connecting included.",
+        help="Bound on each database call, connecting included (at most 1d).",
+    )
+    @click.option(
+        "-q",
+        "--quiet",
+        is_flag=True,
+        envvar=ENV_QUIET,
+        help=f"Do not name the embedded database on stderr (env {ENV_QUIET}=1).",
     )
     @json_option
     @functools.wraps(fn)
@@ -114,18 +145,35 @@ def database_options(fn: F) -> F:
         table: str,
         schema: str | None,
         timeout: int,
+        quiet: bool,
         as_json: bool,
         **kwargs: Any,
     ) -> Any:
-        settings = Settings(resolve(url), table, schema or None, timeout, as_json)
+        settings = Settings(resolve(url), table, schema or None, timeout, as_json, quiet)
         try:
             return fn(*args, settings=settings, **kwargs)
         except CliError:
             raise
         except Exception as exc:
-            described = describe(exc, where=settings.target.shown, secrets=settings.target.secrets)
+            described = describe(
+                exc,
+                where=settings.target.shown,
+                secrets=settings.target.secrets,
+                table=f"{settings.schema}.{settings.table}" if settings.schema else settings.table,
+                migrate_hint=migrate_command(settings),
+            )
             if described is None:
                 raise
             raise CliError(described[1], described[0]) from exc
 
     return wrapper  # type: ignore[return-value]
+
+
+def migrate_command(settings: Settings) -> str:
+    """The ``sql-lease migrate`` command line that installs the schema these settings use."""
+    words = ["sql-lease", "migrate"]
+    if settings.table != DEFAULT_TABLE:
+        words += ["--table", settings.table]
+    if settings.schema:
+        words += ["--schema", settings.schema]
+    return shlex.join(words)

@@ -17,8 +17,9 @@ T = TypeVar("T")
 
 
 def announce(settings: Settings) -> None:
-    """Say which database is used when the user did not name one."""
-    if settings.target.note:
+    """Say on stderr which database is used when the user did not name one (not with
+    ``--quiet`` or ``--json``: a script reading the JSON wants nothing else)."""
+    if settings.target.note and not (settings.quiet or settings.as_json):
         note(settings.target.note)
 
 

@@ -28,10 +28,11 @@ _SIMPLE = {
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
 
 
-def parse_duration_ms(text: str, *, minimum: int = 1) -> int:
-    """``500ms``, ``15s``, ``1.5s``, ``2m``, ``1h``, ``1d`` as whole milliseconds (>= minimum).
+def parse_duration_ms(text: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """``500ms``, ``15s``, ``1.5s``, ``2m``, ``1h``, ``1d`` as whole milliseconds, from
+    ``minimum`` to ``maximum``.
 
-    Raises `ValueError` with a message fit for the user.
+    Raises `ValueError` with a message fit for the user (a limit in the unit they wrote).
     """
     match = _DURATION.fullmatch(text)
     if match is None:
@@ -46,6 +47,9 @@ def parse_duration_ms(text: str, *, minimum: int = 1) -> int:
         raise ValueError(f"{text!r} is not a whole number of milliseconds")
     if millis < minimum:
         raise ValueError(f"{text!r} is too short: at least {minimum}ms")
+    if maximum is not None and millis > maximum:
+        limit = Decimal(maximum) / _UNITS[match.group(2).lower()]
+        raise ValueError(f"{text!r} is too long: at most {limit.normalize():f}{match.group(2)}")
     return int(millis)
 
 

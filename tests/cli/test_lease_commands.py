@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from urllib.parse import quote
+
+from sqlalchemy.engine import make_url
+
+from sql_lease import migrate
 
 from .conftest import Cli
 
@@ -45,7 +51,8 @@ def test_a_lease_lifecycle_from_the_command_line(sql_lease: Cli, cli_url: str) -
     code, out = run("list")
     assert code == 0 and KEY_SHOWN in out and "run-3" in out
     code, out = run("list", "--prefix", r"res\x00", "--json")
-    assert [item["key"] for item in json.loads(out)] == [KEY]
+    listed = json.loads(out)
+    assert [item["key"] for item in listed["leases"]] == [KEY] and listed["next_after"] is None
     code, out = run("list", "--prefix", "other")
     assert (code, out) == (0, "no live leases")
 
@@ -94,4 +101,68 @@ def test_list_pages_with_after(sql_lease: Cli, cli_url: str) -> None:
         "list", "--prefix", r"page\0", "--after", r"page\x00b", "--json", "--url", cli_url
     )
     assert rest.code == 0
-    assert [item["key"] for item in json.loads(rest.out)] == ["page\0c"]
+    assert json.loads(rest.out)["next_after"] is None  # the last page
+    assert [item["key"] for item in json.loads(rest.out)["leases"]] == ["page\0c"]
+
+
+def test_list_json_keeps_the_next_page_cursor(sql_lease: Cli, cli_url: str) -> None:
+    for name in ("a", "b", "c"):
+        assert sql_lease("acquire", rf"cursor\0{name}", "me", "--url", cli_url).code == 0
+    first = sql_lease("list", "--prefix", r"cursor\0", "--limit", "2", "--json", "--url", cli_url)
+    page = json.loads(first.out)
+    assert first.code == 0 and first.err == ""
+    assert [item["key"] for item in page["leases"]] == ["cursor\0a", "cursor\0b"]
+    assert page["next_after"] == "cursor\0b"  # the exact key: pass it back escaped
+    rest = sql_lease(
+        "list", "--prefix", r"cursor\0", "--limit", "2", "--json", "--url", cli_url,
+        "--after", r"cursor\x00b",
+    )  # fmt: skip
+    last = json.loads(rest.out)
+    assert [item["key"] for item in last["leases"]] == ["cursor\0c"]
+    assert last["next_after"] is None
+
+
+def test_an_empty_prefix_lists_every_key_and_an_empty_list_exits_0(
+    sql_lease: Cli, make_database: Callable[[], str]
+) -> None:
+    url = make_database()
+    migrate.upgrade(url)
+    empty = sql_lease("list", "--prefix", "", "--url", url)
+    assert (empty.code, empty.out.strip()) == (0, "no live leases")  # nothing to show: still 0
+    assert sql_lease("acquire", "one", "me", "--url", url).code == 0
+    assert sql_lease("acquire", "two", "me", "--url", url).code == 0
+    both = sql_lease("list", "--prefix", "", "--json", "--url", url)
+    assert [item["key"] for item in json.loads(both.out)["leases"]] == ["one", "two"]
+
+
+def test_a_missing_table_is_named_with_the_migrate_command_for_it(
+    sql_lease: Cli, cli_url: str
+) -> None:
+    result = sql_lease("list", "--table", "nosuch", "--url", cli_url)
+    assert result.code == 4
+    assert len(result.err_lines) == 1
+    assert "the leases table nosuch is missing" in result.err
+    assert "run `sql-lease migrate --table nosuch`" in result.err
+    other = sql_lease("get", "k", "--table", "nosuch", "--schema", "coord", "--url", cli_url)
+    assert other.code == 4
+    assert "table coord.nosuch" in other.err
+    assert "run `sql-lease migrate --table nosuch --schema coord`" in other.err
+
+
+def test_libpq_parameters_and_a_host_list_work_from_the_command_line(
+    cli: Cli, cli_url: str
+) -> None:
+    url = make_url(cli_url)
+    own = f"{url.host}:{url.port or 5432}"
+    user = url.username or "postgres"
+    auth = f"{user}:{quote(url.password, safe='')}" if url.password else user
+    listed = (
+        f"postgresql://{auth}@127.0.0.1:1,{own}/{url.database}?target_session_attrs=read-write"
+        "&application_name=ops-cli&connect_timeout=10&options=-c%20statement_timeout%3D3000"
+        "&keepalives_idle=60"
+    )
+    won = cli("acquire", "via-hosts", "ops", "--url", listed)
+    assert (won.code, won.err) == (0, "")
+    shown = cli("get", "via-hosts", "--url", listed, "--json")
+    assert shown.code == 0 and json.loads(shown.out)["owner"] == "ops"
+    assert cli("check", "--url", listed).code == 0  # the schema commands take it too

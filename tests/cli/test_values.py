@@ -35,6 +35,19 @@ def test_bad_durations_are_rejected_with_a_reason(text: str) -> None:
         parse_duration_ms(text)
 
 
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [("400d", "365d"), ("9000h", "8760h"), ("600000m", "525600m"), ("40000000s", "31536000s")],
+)
+def test_a_duration_over_the_maximum_names_the_limit_in_the_unit_written(
+    text: str, limit: str
+) -> None:
+    with pytest.raises(ValueError, match="too long") as caught:
+        parse_duration_ms(text, maximum=365 * 86_400_000)
+    assert str(caught.value) == f"{text!r} is too long: at most {limit}"
+    assert parse_duration_ms(limit, maximum=365 * 86_400_000) == 365 * 86_400_000
+
+
 def test_a_zero_age_is_allowed_where_asked_for() -> None:
     assert parse_duration_ms("0s", minimum=0) == 0
 

@@ -314,12 +314,15 @@ def urls(draw: st.DrawFn, schemes: list[str] = GOOD_SCHEMES) -> str:
     scheme = draw(st.sampled_from(schemes))
     user = quote(draw(st.text(max_size=5)), safe="")
     password = quote(MARK + draw(st.text(max_size=8)), safe="")
-    port = draw(st.one_of(st.none(), st.integers(0, 70000)))
+    port = draw(st.one_of(st.none(), st.integers(1, 65535)))
     db = quote(draw(st.text(max_size=6)), safe="")
+    modes = st.sampled_from(["disable", "allow", "prefer", "require", "verify-ca", "verify-full"])
     query = draw(
         st.lists(
-            st.tuples(st.sampled_from(["sslmode", "ssl", "application_name", "x"]), query_values),
+            st.tuples(st.sampled_from(["sslmode", "ssl"]), modes)
+            | st.tuples(st.just("application_name"), query_values),
             max_size=2,
+            unique_by=lambda item: item[0],
         )
     )
     q = "&".join(f"{k}={quote(v, safe='')}" for k, v in query)

@@ -1,0 +1,185 @@
+"""The PostgreSQL statement catalogue as plain data, for clients in other languages.
+
+`export_catalogue` returns a JSON-ready dict: for each statement its SQL text with placeholders
+for the names that depend on the table, its parameters in order with their PostgreSQL types, and
+its result columns. A client renders a statement by replacing the placeholders:
+
+- ``{table}``: the quoted, optionally schema-qualified table (``"leases"``, ``"s"."leases"``);
+- ``{fence_sequence}``: the quoted, optionally schema-qualified sequence of ``naming``;
+- ``{channel}``: the LISTEN/NOTIFY channel of ``naming`` (it appears inside a string literal).
+
+The placeholders are found by building the real catalogue for sentinel names and replacing
+them, so the rendered text is the very text the Python provider sends (a test checks that).
+The function is pure and deterministic: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._statements import build_statements
+from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
+from .schema import DEFAULT_TABLE
+
+__all__ = ["FORMAT", "export_catalogue"]
+
+#: Bumped when the shape of the export changes (not when a statement's text does).
+FORMAT: Final = 1
+
+_TABLE: Final = "sqlleasexporttable"
+_SCHEMA: Final = "sqlleaseexportschema"
+
+Column = tuple[str, str]
+
+# name -> (parameters, result columns, what the rows mean). Types are PostgreSQL's names as
+# a prepared statement describes them; the integration test checks them against the server.
+_SPEC: Final[dict[str, tuple[list[Column], list[Column], str]]] = {
+    "acquire": (
+        [("key", "bytea"), ("owner", "bytea"), ("ttl_ms", "bigint")],
+        [
+            ("acquired", "boolean"),
+            ("fence", "bigint"),
+            ("expires_at", "timestamptz"),
+            ("holder", "bytea"),
+        ],
+        "A row with acquired=true: won (fence, expires_at). Else a row with acquired=false "
+        "names the live holder. No row, or only a row whose holder is the caller: a concurrent "
+        "writer committed after the snapshot; run the statement again.",
+    ),
+    "get_owner": ([("key", "bytea")], [("owner", "bytea")], "The live owner, or no row."),
+    "get_lease": (
+        [("key", "bytea")],
+        [
+            ("owner", "bytea"),
+            ("fence", "bigint"),
+            ("expires_at", "timestamptz"),
+            ("acquired_at", "timestamptz"),
+        ],
+        "The live lease, or no row.",
+    ),
+    "holder": (
+        [("key", "bytea")],
+        [("owner", "bytea"), ("fence", "bigint"), ("expires_at", "timestamptz")],
+        "The live holder, or no row (the cheap read of a contended key).",
+    ),
+    "release": (
+        [("key", "bytea"), ("owner", "bytea")],
+        [("fence", "bigint"), ("expires_at", "timestamptz"), ("notified", "boolean")],
+        "A row when owner's live lease ended (expires_at is when), else no row.",
+    ),
+    "renew": (
+        [("key", "bytea"), ("owner", "bytea"), ("ttl_ms", "bigint")],
+        [("fence", "bigint"), ("expires_at", "timestamptz")],
+        "A row when renewed, no row when the lease was lost.",
+    ),
+    "transfer": (
+        [("key", "bytea"), ("from_owner", "bytea"), ("to_owner", "bytea"), ("ttl_ms", "bigint")],
+        [("fence", "bigint"), ("expires_at", "timestamptz"), ("notified", "boolean")],
+        "A row with the new owner's fence when transferred, no row when from_owner did not "
+        "hold the lease.",
+    ),
+    "renew_many": (
+        [("keys", "bytea[]"), ("owners", "bytea[]"), ("ttl_ms", "bigint")],
+        [("key", "bytea"), ("owner", "bytea"), ("fence", "bigint"), ("expires_at", "timestamptz")],
+        "keys[i] pairs with owners[i]; one row per renewed pair (send each pair once).",
+    ),
+    "force_release": (
+        [("key", "bytea")],
+        [
+            ("owner", "bytea"),
+            ("fence", "bigint"),
+            ("expires_at", "timestamptz"),
+            ("notified", "boolean"),
+        ],
+        "A row when a live lease was ended, else no row.",
+    ),
+    "list_live": (
+        [("from_key", "bytea"), ("below_key", "bytea"), ("limit", "bigint")],
+        [
+            ("key", "bytea"),
+            ("owner", "bytea"),
+            ("fence", "bigint"),
+            ("expires_at", "timestamptz"),
+            ("acquired_at", "timestamptz"),
+            ("now", "timestamptz"),
+        ],
+        "Live leases with from_key <= key < below_key (NULL: no bound) in key order.",
+    ),
+    "purge_batch": (
+        [("min_age_ms", "bigint"), ("batch", "bigint")],
+        [("?column?", "integer")],
+        "Deletes up to batch rows expired for at least min_age_ms; one row per deletion.",
+    ),
+    "want": (
+        [("key", "bytea"), ("wait_ms", "bigint")],
+        [("owner", "bytea"), ("fence", "bigint"), ("expires_at", "timestamptz")],
+        "Marks the key wanted for wait_ms and returns its live holder, or no row.",
+    ),
+    "now": ([], [("clock_timestamp", "timestamptz")], "The database clock."),
+}
+
+
+def _template(sql: str, table: str, sequence: str, channel: str) -> str:
+    if "{" in sql or "}" in sql:
+        raise ValueError("a statement contains a brace: it cannot be templated")
+    text = sql.replace(sequence, "{fence_sequence}").replace(table, "{table}")
+    text = text.replace(channel, "{channel}")
+    if _TABLE in text or _SCHEMA in text:
+        raise ValueError("a statement names the table in a form the export does not template")
+    return text
+
+
+def export_catalogue() -> dict[str, object]:
+    """The PostgreSQL statement catalogue as JSON-ready data (see the module docstring)."""
+    sql = build_statements(_TABLE, _SCHEMA)
+    table = f'"{_SCHEMA}"."{_TABLE}"'
+    sequence = f'"{_SCHEMA}"."{_TABLE}_fence_seq"'
+    if sql.table != table or sql.channel != f"sql_lease:{_SCHEMA}.{_TABLE}":
+        raise ValueError("the catalogue's naming changed: update the export")
+    renew_many = sql.renew_many(1)
+    if renew_many != sql.renew_many(2):
+        raise ValueError("renew_many depends on the batch size: it cannot be exported as one text")
+    texts = {
+        "acquire": sql.acquire,
+        "get_owner": sql.get_owner,
+        "get_lease": sql.get_lease,
+        "holder": sql.holder,
+        "release": sql.release,
+        "renew": sql.renew,
+        "transfer": sql.transfer,
+        "renew_many": renew_many,
+        "force_release": sql.force_release,
+        "list_live": sql.list_live,
+        "purge_batch": sql.purge_batch,
+        "want": sql.want,
+        "now": sql.now,
+    }
+    statements: dict[str, object] = {}
+    for name, (params, columns, rows) in _SPEC.items():
+        statements[name] = {
+            "sql": _template(texts[name], table, sequence, sql.channel),
+            "params": [{"name": n, "type": t} for n, t in params],
+            "columns": [{"name": n, "type": t} for n, t in columns],
+            "rows": rows,
+        }
+    return {
+        "format": FORMAT,
+        "dialect": "postgresql",
+        "placeholders": {
+            "table": 'quoted table, schema-qualified when a schema is set: "s"."t"',
+            "fence_sequence": "quoted sequence {table_name}_fence_seq, qualified like the table",
+            "channel": "the notify channel (inside a string literal)",
+        },
+        "naming": {
+            "default_table": DEFAULT_TABLE,
+            "identifier_pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+            "identifier_max_length": MAX_IDENTIFIER_LEN,
+            "fence_sequence": "{table_name}_fence_seq",
+            "channel": "sql_lease:{table_name}, or sql_lease:{schema}.{table_name} with a schema",
+            "channel_max_bytes": 63,
+            "channel_when_longer": "sql_lease:{sha1 hex of the long channel name}",
+        },
+        "limits": {"max_name_bytes": MAX_NAME_BYTES, "max_ttl_ms": MAX_TTL_MS, "min_ttl_ms": 1},
+        "encoding": "keys and owners are the UTF-8 bytes of the string (bytea)",
+        "statements": statements,
+    }
