@@ -12,6 +12,8 @@ import pytest
 from sql_lease import HeldLease, LeaseError, LeaseLost, LeaseNotAcquired
 from sql_lease._renewer import Renewer, renewer_for
 
+from .._events import eventually
+
 LONG = 30_000
 TTL = 600  # renewed every 200 ms by default
 
@@ -22,8 +24,8 @@ async def test_hold_renews_in_the_background_and_releases_on_exit(provider: Any)
         assert (lease.key, lease.owner) == ("k\0t", "a")
         first_expiry, fence = lease.expires_at, lease.fence
         assert fence is not None and first_expiry is not None
-        await asyncio.sleep(1.0)  # longer than the TTL: alive only thanks to renewals
-        assert lease.renewals >= 3
+        await past(provider, first_expiry)  # alive from here on only thanks to renewals
+        assert lease.renewals >= 1
         assert lease.expires_at is not None and lease.expires_at > first_expiry
         assert lease.fence == fence
         assert await provider.get_lease_owner("k\0t") == "a"
@@ -58,7 +60,7 @@ async def test_loss_cancels_the_body_and_raises_lease_lost(
         ) as lease:
             box.append(lease)
             assert await provider.force_release("k")
-            await asyncio.sleep(5)  # cancelled at the next renewal (within 200 ms)
+            await forever()  # cancelled at the next renewal
             reached = True
 
     with (
@@ -81,7 +83,7 @@ async def test_loss_is_raised_even_if_the_body_swallows_the_cancellation(provide
         async with provider.hold("k", "a", TTL):
             await provider.force_release("k")
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.sleep(5)  # bad manners, but the loss still surfaces
+                await forever()  # bad manners, but the loss still surfaces
 
     with pytest.raises(LeaseLost):
         await body()
@@ -95,7 +97,7 @@ async def test_an_outer_cancellation_is_not_swallowed_by_a_loss(provider: Any) -
         async with provider.hold("k", "a", TTL) as lease:
             box.append(lease)
             entered.set()
-            await asyncio.sleep(5)
+            await forever()
 
     task = asyncio.create_task(body())
     await entered.wait()
@@ -114,7 +116,7 @@ async def test_without_cancel_on_loss_the_body_runs_on_and_the_exit_raises(provi
         async with provider.hold("k", "a", TTL, cancel_on_loss=False) as lease:
             box.append(lease)
             await provider.force_release("k")
-            assert await asyncio.wait_for(lease.wait_lost(), 2) is True
+            assert await lease.wait_lost() is True
             await asyncio.sleep(0.05)  # not cancelled
 
     with pytest.raises(LeaseLost):
@@ -152,8 +154,8 @@ async def test_hand_off_leaves_no_gap_and_stops_renewing(provider: Any) -> None:
         assert taken.owner == "b" and taken.fence > lease.fence
         assert (await provider.acquire_lease("k", "racer", LONG)).owner == "b"
     assert await provider.get_lease_owner("k") == "b"  # not released on exit
-    await asyncio.sleep(0.8)  # b's lease was not renewed by a's hold
-    assert await provider.get_lease_owner("k") is None
+    await past(provider, taken.expires_at)
+    assert await provider.get_lease_owner("k") is None  # b's lease was not renewed by a's hold
     assert await lease.wait_lost() is False
 
 
@@ -208,7 +210,7 @@ async def test_hooks_may_be_sync_or_async(provider: Any) -> None:
         on_renewed=renewed,
         on_released=lambda lease: events.append("released"),
     ):
-        await asyncio.sleep(0.35)
+        await eventually(lambda: events.count("renewed") >= 2, "two renewals")
     assert events[0] == "acquired" and events[-1] == "released"
     assert events.count("renewed") >= 2
 
@@ -242,10 +244,12 @@ async def test_many_held_leases_are_renewed_by_one_statement_per_tick(provider: 
         for w in range(10):
             group.create_task(worker(w))
         await all_in.wait()
-        await asyncio.sleep(0.5)  # leases taken at different moments fall into step
-        ticks, sent = await between_ticks(renewer, calls)
-        await asyncio.sleep(1.0)
-        ticks, sent = await between_ticks(renewer, calls, since=(ticks, sent))
+        start = await between_ticks(renewer, calls)
+        await eventually(
+            lambda: renewer.ticks >= start[0] + 2 and all(lease.renewals >= 2 for lease in holds),
+            "two ticks, and every lease renewed twice",
+        )
+        ticks, sent = await between_ticks(renewer, calls, since=start)
         done.set()
     print(f"\n{provider!r}: 1,000 held leases, {ticks} ticks, {sent} renewal statements")
     assert ticks >= 2
@@ -261,12 +265,24 @@ async def test_one_statement_per_distinct_ttl_per_tick(provider: Any) -> None:
         provider.hold("a", "me", 600, renew_every_ms=200),
         provider.hold("b", "me", 900, renew_every_ms=200),
     ):
-        await asyncio.sleep(0.3)
-        ticks, sent = await between_ticks(renewer, calls)
-        await asyncio.sleep(0.8)
-        ticks, sent = await between_ticks(renewer, calls, since=(ticks, sent))
+        start = await between_ticks(renewer, calls)
+        await eventually(lambda: renewer.ticks >= start[0] + 2, "two ticks")
+        ticks, sent = await between_ticks(renewer, calls, since=start)
     assert ticks >= 2
     assert ticks <= sent <= 2 * ticks
+
+
+async def forever() -> None:
+    """A body that only ends by being cancelled."""
+    await asyncio.Event().wait()
+
+
+async def past(provider: Any, when: Any) -> None:
+    """Return once ``when`` has passed by the provider's clock."""
+    now = await provider.now()
+    while now <= when:
+        await asyncio.sleep((when - now).total_seconds() + 0.01)
+        now = await provider.now()
 
 
 async def between_ticks(

@@ -11,6 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from sql_lease import LeaseError, LeaseLost, SqlLeaseProvider
 
+from .._events import eventually
+
 LONG = 30_000
 
 
@@ -75,12 +77,24 @@ async def test_a_guard_holds_off_a_takeover_until_the_transaction_ends(
         await sql_provider.guard(conn, "k", held.fence)
         await asyncio.sleep(0.4)  # a's lease expires while its guarded transaction is open
         takeover = asyncio.create_task(sql_provider.acquire_lease("k", "b", LONG))
-        await asyncio.sleep(0.3)
+        await eventually(lambda: lock_waits(app), "b's acquire waiting for a row lock")
         assert not takeover.done()  # FOR SHARE blocks b's acquire until a commits
         await conn.execute(text("INSERT INTO guarded_writes VALUES ('a', :f)"), {"f": held.fence})
-    got = await asyncio.wait_for(takeover, 5)
+    got = await takeover
     assert got.acquired and got.fence is not None and got.fence > held.fence
     assert await writers(app) == ["a"]
+
+
+async def lock_waits(engine: AsyncEngine) -> int:
+    """How many statements on the test database wait for a lock."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        )
+        return int(rows.scalar_one())
 
 
 async def test_guard_needs_a_transaction_and_checks_its_arguments(

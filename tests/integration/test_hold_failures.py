@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import HeldLease, LeaseLost, LeaseTimeoutError, SqlLeaseProvider
 
+from .._events import eventually
 from .._pg import terminate_backends
 
 
@@ -41,14 +42,14 @@ async def test_renewal_survives_terminated_backends_without_reporting_loss(
     database_url: str, sql_provider: SqlLeaseProvider
 ) -> None:
     async with sql_provider.hold("k", "a", 2_000, renew_every_ms=200) as lease:
-        killed = 0
         for _ in range(4):
-            await asyncio.sleep(0.3)
-            killed += terminate_backends(database_url)
-        await asyncio.sleep(0.4)
-        assert killed >= 2
+            # Kill its connection once it renewed (on it) since the last kill.
+            renewals = lease.renewals
+            await eventually(lambda: lease.renewals > renewals, "a renewal")  # noqa: B023
+            assert terminate_backends(database_url) >= 1
+        renewals = lease.renewals
+        await eventually(lambda: lease.renewals > renewals, "a renewal after the last kill")
         assert lease.held and not lease.lost
-        assert lease.renewals >= 5
         assert await sql_provider.get_lease_owner("k") == "a"
     assert await sql_provider.get_lease_owner("k") is None
 
@@ -56,17 +57,22 @@ async def test_renewal_survives_terminated_backends_without_reporting_loss(
 async def test_failed_renewals_are_retried_until_the_database_answers(
     quick: SqlLeaseProvider, row_locker: psycopg.Connection
 ) -> None:
-    async with quick.hold("k", "a", 2_000, renew_every_ms=200) as lease:
+    async with quick.hold("k", "a", 3_000, renew_every_ms=200) as lease:
         row_locker.execute("SELECT * FROM leases WHERE key = 'k'::bytea FOR UPDATE")
-        await asyncio.sleep(0.9)  # renewals time out on the row lock, with backoff
+        # Renewals time out on the row lock, and are retried with backoff.
+        await eventually(lambda: lease.renew_errors >= 2, "two failed renewals")
         row_locker.rollback()
-        errors = lease.renew_errors
-        await asyncio.sleep(0.5)
-        assert errors >= 2
+        renewals = lease.renewals
+        await eventually(lambda: lease.renewals > renewals, "a renewal once the row is free")
         assert lease.held and not lease.lost
         renewed = await quick.get_lease("k")
         assert renewed is not None and renewed.owner == "a"
-        assert lease.expires_at == renewed.expires_at
+
+        async def agreed() -> bool:  # read again if a renewal landed in between
+            renewed = await quick.get_lease("k")
+            return renewed is not None and renewed.expires_at == lease.expires_at
+
+        await eventually(agreed, "the held lease's expiry matches the database")
 
 
 async def test_renewals_failing_until_expiry_are_a_loss(
@@ -77,10 +83,10 @@ async def test_renewals_failing_until_expiry_are_a_loss(
 
     async def body() -> None:
         nonlocal reached
-        async with quick.hold("k", "a", 900, renew_every_ms=200) as lease:
+        async with quick.hold("k", "a", 2_000, renew_every_ms=200) as lease:
             box.append(lease)
             row_locker.execute("SELECT * FROM leases WHERE key = 'k'::bytea FOR UPDATE")
-            await asyncio.sleep(3)
+            await asyncio.Event().wait()  # only the loss ends this
             reached = True
 
     with pytest.raises(LeaseLost, match="expired before it could be renewed") as info:
@@ -101,7 +107,6 @@ async def test_a_transfer_that_fails_in_the_database_leaves_the_lease_held(
         row_locker.rollback()
         assert lease.held and lease.handed_to is None
         renewals = lease.renewals
-        await asyncio.sleep(0.5)
-        assert lease.renewals > renewals  # renewing again
+        await eventually(lambda: lease.renewals > renewals, "renewing again")
         assert await quick.get_lease_owner("k") == "a"
     assert await quick.get_lease_owner("k") is None

@@ -9,6 +9,8 @@ import pytest
 
 from sql_lease import AcquireResult, InMemoryLeaseProvider, _wait
 
+from .._events import EVENT_S, eventually
+
 LONG = 30_000
 
 
@@ -29,12 +31,14 @@ def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_wait, "POLL_S", 3600.0)  # a wake-up can only come from a change
 
 
-async def _settle(p: Counting) -> int:
-    """Let waiters run until nobody acquires any more; the acquire count then."""
+async def _settle(p: Counting, asleep: int) -> int:
+    """Wait until ``asleep`` waiters of "k" sleep and stay asleep; the acquire count then."""
+    hub = _wait.hub_for(p)
     while True:
+        await eventually(lambda: hub.sleeping("k") == asleep, f"{asleep} waiter(s) asleep")
         before = p.acquires
-        await asyncio.sleep(0.05)
-        if p.acquires == before:
+        await asyncio.sleep(0.05)  # room for a wrong extra wake-up to show
+        if p.acquires == before and hub.sleeping("k") == asleep:
             return before
 
 
@@ -52,15 +56,15 @@ async def test_a_change_wakes_one_waiter(free: Callable[[Counting], Awaitable[ob
     await p.acquire_lease("k", "x", LONG)
     first = asyncio.create_task(p.wait_for_lease("k", "a", LONG, timeout_ms=60_000))
     second = asyncio.create_task(p.wait_for_lease("k", "b", LONG, timeout_ms=60_000))
-    calls = await _settle(p)
+    calls = await _settle(p, 2)
     await asyncio.sleep(0.002)
     await free(p)
-    got = await asyncio.wait_for(first, 5)
+    got = await asyncio.wait_for(first, EVENT_S)
     assert (got.acquired, got.owner) == (True, "a")
-    assert await _settle(p) == calls + 1  # the second waiter was not woken
+    assert await _settle(p, 1) == calls + 1  # the second waiter was not woken
     assert not second.done()
     await p.release_lease("k", "a")  # its turn now
-    assert (await asyncio.wait_for(second, 5)).owner == "b"
+    assert (await asyncio.wait_for(second, EVENT_S)).owner == "b"
 
 
 async def test_a_held_lease_ending_wakes_exactly_one_waiter() -> None:
@@ -71,10 +75,12 @@ async def test_a_held_lease_ending_wakes_exactly_one_waiter() -> None:
         asyncio.create_task(p.wait_for_lease("k", name, LONG, timeout_ms=60_000))
         for name in ("a", "b")
     ]
-    calls = await _settle(p)
+    calls = await _settle(p, 2)
     await held.__aexit__(None, None, None)
-    done, pending = await asyncio.wait(waiters, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    done, pending = await asyncio.wait(
+        waiters, timeout=EVENT_S, return_when=asyncio.FIRST_COMPLETED
+    )
     assert len(done) == 1 and len(pending) == 1
-    assert await _settle(p) == calls + 1  # one wake-up, not one from hold and one from release
+    assert await _settle(p, 1) == calls + 1  # one wake-up, not one from hold and one from release
     for task in pending:
         task.cancel()
