@@ -16,6 +16,7 @@ out when the caller disposes of the engine after its last call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from time import monotonic
 from typing import Any, Final
@@ -128,9 +129,7 @@ class Connections:
     async def give_back(self, fairy: PoolProxiedConnection) -> None:
         """Return a connection `keep` did not keep to the pool (and, on a shared pool with no
         call left in flight, every idle one with it)."""
-        self._out -= 1
-        self._wake()
-        await greenlet_spawn(fairy.close)
+        await self._return(fairy)
         await self._release_when_unused()
 
     async def put(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> None:
@@ -140,22 +139,36 @@ class Connections:
 
     async def drop(self, fairy: PoolProxiedConnection) -> None:
         """Discard a broken connection (the pool opens a new one when needed)."""
-        self._out -= 1
         self._busy -= 1
-        self._wake()
         fairy.invalidate()
-        await greenlet_spawn(fairy.close)
+        await self._return(fairy)
         await self._release_when_unused()
+
+    async def _return(self, fairy: PoolProxiedConnection) -> None:
+        """Hand ``fairy`` to the pool; it counts as ours (``_out``) until the pool has it."""
+        try:
+            await greenlet_spawn(fairy.close)
+        finally:
+            self._out -= 1
+            self._wake()
 
     async def _release_when_unused(self) -> None:
         """On a shared pool, hand every idle connection back once no call is in flight."""
         if self._shared and not self._busy and self._idle:
             await self.close()
 
+    async def shutdown(self, within: float) -> None:
+        """For the provider's ``aclose``: keep nothing from now on, return the idle connections,
+        and wait up to ``within`` seconds for calls in flight to give theirs back."""
+        self._limit = None  # `keep` declines from now on: every call gives its connection back
+        await self.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                while self._out:
+                    await self._wait()
+
     async def close(self) -> None:
         """Return every idle connection to the pool."""
         idle, self._idle = self._idle, []
         for fairy, _, _ in idle:
-            self._out -= 1
-            self._wake()
-            await greenlet_spawn(fairy.close)
+            await self._return(fairy)

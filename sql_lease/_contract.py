@@ -49,23 +49,26 @@ class LeaseProvider(Protocol):
     """One owner per key, with atomic acquire, owner-checked release/renew and gap-free transfer."""
 
     async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
-        """Claim ``key`` for ``owner`` for ``ttl_ms``, or report the live holder."""
+        """Claim ``key`` for ``owner`` for ``ttl_ms`` milliseconds if free, expired or already
+        ``owner``'s (then only the expiry moves; the fence stays); else report the holder."""
         ...
 
     async def get_lease_owner(self, key: str) -> str | None:
-        """The live holder of ``key``, or None."""
+        """The owner of the live lease of ``key``, or None if it is absent or expired."""
         ...
 
     async def release_lease(self, key: str, owner: str) -> None:
-        """Remove the lease if ``owner`` holds it; otherwise do nothing."""
+        """End the lease of ``key`` if ``owner`` holds it (live or expired); else do nothing."""
         ...
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
-        """Extend a live lease held by ``owner`` to now + ``ttl_ms``; False if it is lost."""
+        """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms`` ms; False (and
+        nothing changed) when it is expired, absent or someone else's."""
         ...
 
     async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
-        """Atomically hand a live lease from ``from_owner`` to ``to_owner`` (no gap)."""
+        """Hand ``from_owner``'s live lease of ``key`` to ``to_owner`` for ``ttl_ms`` ms with a
+        new fence, atomically (the key is never free); False when not held by ``from_owner``."""
         ...
 
 

@@ -23,10 +23,25 @@ from typing import Any, Self
 
 from . import _renewer, _wait
 from ._contract import AcquireResult
-from ._validate import check_millis, check_name, check_ttl
-from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
+from ._per_provider import PerProvider
+from ._validate import Millis, check_millis, check_name, check_ttl
+from .errors import (
+    LeaseClosedError,
+    LeaseDatabaseError,
+    LeaseError,
+    LeaseTypeError,
+    LeaseValueError,
+)
+from .observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
 
-__all__ = ["HeldLease", "LeaseHook", "LeaseLifecycle", "LeaseLost", "LeaseNotAcquired"]
+__all__ = [
+    "HeldLease",
+    "LeaseAlreadyHeld",
+    "LeaseHook",
+    "LeaseLifecycle",
+    "LeaseLost",
+    "LeaseNotAcquired",
+]
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -35,6 +50,9 @@ LeaseHook = Callable[["HeldLease"], object]
 
 _BACKOFF_FIRST = 0.05  # seconds before the first retry of a failed renewal (doubles)
 _background: set[asyncio.Task[Any]] = set()  # releases and hooks that outlive their caller
+#: Per provider, the (key, owner) pairs that a `HeldLease` of it is entering or holding.
+_claims: PerProvider[set[tuple[str, str]]] = PerProvider(lambda _p, _weak: set())
+_CLOSED = "its provider was closed"
 
 
 class LeaseNotAcquired(LeaseError):
@@ -52,6 +70,25 @@ class LeaseNotAcquired(LeaseError):
         super().__init__(f"lease {key!r} not acquired by {owner!r}: held by {holder!r}{until}")
         self.key, self.owner, self.holder = key, owner, holder
         self.fence, self.expires_at = fence, expires_at
+
+
+class LeaseAlreadyHeld(LeaseNotAcquired):
+    """`hold` refused: another hold of this provider already holds ``key`` for ``owner``.
+
+    Two overlapping holds of one key by one owner would share one lease, and the first to
+    leave would release it under the other. Give each run its own owner (e.g. hostname plus a
+    run id). A `LeaseNotAcquired` (``holder`` is ``owner``), so ``except LeaseNotAcquired``
+    skips the run as it would for another process's hold.
+    """
+
+    def __init__(self, key: str, owner: str) -> None:
+        LeaseError.__init__(
+            self,
+            f"lease {key!r} is already held by {owner!r} through another hold() of this "
+            "provider; overlapping holds need distinct owners",
+        )
+        self.key, self.owner, self.holder = key, owner, owner
+        self.fence, self.expires_at = None, None
 
 
 class LeaseLost(LeaseError):
@@ -83,8 +120,10 @@ class HeldLease:
     """A lease held for the duration of an ``async with`` block (single use).
 
     Entering acquires the key (waiting up to ``wait_ms`` for it, see `wait_for_lease`) or raises
-    `LeaseNotAcquired`. While inside, the lease is renewed every ``renew_every_ms`` (default a
-    third of the TTL, at most half of it) together with every other held lease of the provider.
+    `LeaseNotAcquired`; `LeaseAlreadyHeld` when another hold of the same provider is entering
+    or holding the same key for the same owner. While inside, the lease is renewed every
+    ``renew_every_ms`` (default a third of the TTL, at most half of it) together with every
+    other held lease of the provider.
     Leaving releases it, also when the body raises or is cancelled, unless it was handed on
     with `transfer_to`. If the lease is lost, the body is cancelled (``cancel_on_loss=False``
     leaves it running; watch `lost` or `wait_lost`) and the block raises `LeaseLost`.
@@ -92,7 +131,12 @@ class HeldLease:
     Database errors during renewal are retried with backoff; the lease only counts as lost
     once it has expired by the clock that granted it, measured conservatively from the start
     of the last successful request. The release on exit is best effort: a failure is logged
-    (the lease then expires on its own) and does not raise.
+    (the lease then expires on its own) and does not raise. When the provider is closed while
+    the lease is held, the lease counts as lost (the body is cancelled, the block raises
+    `LeaseLost`) and is left to expire, not released.
+
+    Durations (``ttl_ms``, ``renew_every_ms``, ``wait_ms``) are ints of milliseconds or
+    `timedelta` values (rounded up to a whole millisecond); the attributes hold milliseconds.
 
     Attributes: ``key``, ``owner``, ``ttl_ms``, ``renew_every_ms``, ``fence`` and ``expires_at``
     (database time, as of the last acquire or renewal; ``expires_at`` may be None for providers
@@ -105,10 +149,10 @@ class HeldLease:
         provider: Any,
         key: str,
         owner: str,
-        ttl_ms: int,
+        ttl_ms: Millis,
         *,
-        renew_every_ms: int | None = None,
-        wait_ms: int = 0,
+        renew_every_ms: Millis | None = None,
+        wait_ms: Millis = 0,
         cancel_on_loss: bool = True,
         on_acquired: LeaseHook | None = None,
         on_renewed: LeaseHook | None = None,
@@ -117,16 +161,18 @@ class HeldLease:
     ) -> None:
         check_name("key", key)
         check_name("owner", owner)
-        check_ttl(ttl_ms)
-        if renew_every_ms is None:
-            renew_every_ms = max(1, ttl_ms // 3)
-        check_millis("renew_every_ms", renew_every_ms)
+        ttl_ms = check_ttl(ttl_ms)
+        renew_every_ms = (
+            max(1, ttl_ms // 3)
+            if renew_every_ms is None
+            else check_millis("renew_every_ms", renew_every_ms)
+        )
         if not 1 <= renew_every_ms <= ttl_ms / 2:
             raise LeaseValueError(
-                f"renew_every_ms must be between 1 and half the TTL ({ttl_ms // 2}), so that a "
-                f"renewal can fail and be retried before the lease expires; not {renew_every_ms}"
+                f"renew_every_ms must be between 1 and half the TTL ({ttl_ms // 2} ms), so that "
+                f"a renewal can fail and be retried before the lease expires; not {renew_every_ms}"
             )
-        check_millis("wait_ms", wait_ms)
+        wait_ms = check_millis("wait_ms", wait_ms)
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         self._provider = provider
@@ -157,6 +203,8 @@ class HeldLease:
         self._deadline = 0.0  # conservative local expiry: start of last good request + TTL
         self._failures = 0  # consecutive failed renewals
         self._watchdog: asyncio.TimerHandle | None = None
+        self._claims: set[tuple[str, str]] | None = None  # our entry in `_claims`, while in it
+        self._observer = observer_of(provider)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -175,7 +223,7 @@ class HeldLease:
         await self._ended.wait()
         return self.lost
 
-    async def transfer_to(self, to_owner: str, ttl_ms: int | None = None) -> None:
+    async def transfer_to(self, to_owner: str, ttl_ms: Millis | None = None) -> None:
         """Hand the lease to ``to_owner`` for ``ttl_ms`` (default: this TTL), gap-free.
 
         Uses ``transfer_lease``: the key is never free in between. Renewal stops and the block
@@ -211,9 +259,11 @@ class HeldLease:
             raise self._lost_error()
         self.handed_to = to_owner
         self._state = _State.HANDED_OFF
+        self._unclaim()  # the exit releases nothing: another hold of ours may take the key
         self._ended.set()
         self._notify_waiters()
         logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
+        self._report(LeaseEventKind.TRANSFERRED, to_owner)
 
     # -- context manager ------------------------------------------------------------------
 
@@ -225,6 +275,12 @@ class HeldLease:
             raise RuntimeError("hold() must be used inside an asyncio task")
         loop = asyncio.get_running_loop()
         self._task = task
+        claims = _claims.get(self._provider)
+        if (self.key, self.owner) in claims:
+            self._state = _State.EXITED
+            raise LeaseAlreadyHeld(self.key, self.owner)
+        claims.add((self.key, self.owner))
+        self._claims = claims
         self._state = _State.ACQUIRING
         try:
             if self._wait_ms:
@@ -240,9 +296,12 @@ class HeldLease:
                 isinstance(exc, LeaseDatabaseError) and exc.outcome_unknown
             ):
                 self._release_in_background()  # it may have been acquired: undo (owner-checked)
+            else:
+                self._unclaim()
             raise
         if not result.acquired:
             self._state = _State.EXITED
+            self._unclaim()
             raise LeaseNotAcquired(
                 self.key, self.owner, result.owner, result.fence, result.expires_at
             )
@@ -258,6 +317,7 @@ class HeldLease:
         self._state = _State.HELD
         self._arm_watchdog(loop)
         _renewer.renewer_for(self._provider).add(self)
+        self._report(LeaseEventKind.ACQUIRED)
         return self
 
     async def __aexit__(
@@ -275,7 +335,7 @@ class HeldLease:
             others = self._task.uncancel() > self._cancelling
         try:
             if self.handed_to is None:
-                await self._release()
+                await self._release()  # forgets the claim once done
         finally:
             self._ended.set()
         ours = exc_type is None or (
@@ -300,6 +360,7 @@ class HeldLease:
         if expires_at is not None:
             self.expires_at = expires_at
         self._arm_watchdog(asyncio.get_running_loop())
+        self._report(LeaseEventKind.RENEWED)
         self._spawn_hook("on_renewed")
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:
@@ -316,6 +377,7 @@ class HeldLease:
             delay * 1000,
             max(0.0, self._deadline - now) * 1000,
         )
+        self._report(LeaseEventKind.RENEW_FAILED, str(exc))
 
     def _lose(self, reason: str) -> None:
         if self._state is not _State.HELD:
@@ -340,6 +402,7 @@ class HeldLease:
         logger.warning(
             "lease %r of %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason
         )
+        self._report(LeaseEventKind.LOST, reason)
         self._spawn_hook("on_lost")
 
     def _lost_error(self) -> LeaseLost:
@@ -399,10 +462,21 @@ class HeldLease:
         if not _wait.notifies_itself(self._provider):
             _wait.notify_local(self._provider, self.key)
 
+    def _unclaim(self) -> None:
+        if self._claims is not None:
+            self._claims.discard((self.key, self.owner))
+            self._claims = None
+
     async def _do_release(self, quiet: bool = False) -> None:
         try:
             await _renewer.renewer_for(self._provider).settle(self)  # release after renewals
             await self._provider.release_lease(self.key, self.owner)
+        except LeaseClosedError as exc:
+            if not self.lost:  # when lost by the close, that was logged (and reported) already
+                logger.warning("lease %r of %r expires on its own: %s", self.key, self.owner, exc)
+                if not quiet:
+                    self._report(LeaseEventKind.RELEASED, f"not released ({exc}); it expires")
+            return
         except Exception as exc:
             logger.warning(
                 "releasing lease %r of %r failed (%s); it expires on its own",
@@ -410,11 +484,22 @@ class HeldLease:
                 self.owner,
                 exc,
             )
+            if not quiet and not self.lost:
+                self._report(LeaseEventKind.RELEASED, f"release failed ({exc}); it expires")
             return
+        finally:
+            self._unclaim()  # only now: an earlier claim could be released by this release
         self._notify_waiters()
         if not quiet:
             logger.debug("lease %r released by %r", self.key, self.owner)
+            if not self.lost:  # a lost lease was counted out by its LOST event
+                self._report(LeaseEventKind.RELEASED)
             await self._call_hook("on_released")
+
+    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
+        if self._observer is not None:
+            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
+            report_lease_event(self._observer, event)
 
     async def _call_hook(self, name: str) -> None:
         hook = self._hooks[name]
@@ -436,18 +521,30 @@ class HeldLease:
 
 
 class LeaseLifecycle:
-    """`hold` and `wait_for_lease` for a provider class (mixed into the InMemory and SQL ones)."""
+    """`hold`, `wait_for_lease` and the closed state for a provider class (mixed into the
+    InMemory and SQL ones, which set ``_closed`` and call `_end_holds` in ``aclose``)."""
 
     __slots__ = ()
+    _closed: bool
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` was called: every call then raises `LeaseClosedError`."""
+        return self._closed
+
+    def _end_holds(self) -> None:
+        """For ``aclose``: leases held through `hold` are lost, waiters wake (and then fail)."""
+        _renewer.close_for(self, _CLOSED)
+        _wait.wake_all(self)
 
     def hold(
         self,
         key: str,
         owner: str,
-        ttl_ms: int,
+        ttl_ms: Millis,
         *,
-        renew_every_ms: int | None = None,
-        wait_ms: int = 0,
+        renew_every_ms: Millis | None = None,
+        wait_ms: Millis = 0,
         cancel_on_loss: bool = True,
         on_acquired: LeaseHook | None = None,
         on_renewed: LeaseHook | None = None,
@@ -457,8 +554,12 @@ class LeaseLifecycle:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
         See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
-        to ``wait_ms``), and `LeaseLost` (after cancelling the body) when the lease is lost.
+        to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds ``key``
+        for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is lost.
+        Durations are ints of milliseconds or `timedelta` values.
         """
+        if self._closed:
+            raise LeaseClosedError("hold")
         return HeldLease(
             self,
             key,
@@ -474,9 +575,9 @@ class LeaseLifecycle:
         )
 
     async def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
+        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
     ) -> AcquireResult:
-        """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
+        """Acquire ``key``, waiting up to ``timeout_ms`` (ms or `timedelta`) for it to be free.
 
         Returns the acquired result, or after the timeout the last one (naming the holder).
         On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or

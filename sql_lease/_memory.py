@@ -9,13 +9,40 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Self
 
 from ._contract import AcquireResult, Lease
 from ._hold import LeaseLifecycle
-from ._validate import check_items, check_limit, check_millis, check_name, check_prefix, check_ttl
+from ._validate import (
+    Millis,
+    check_items,
+    check_limit,
+    check_millis,
+    check_name,
+    check_prefix,
+    check_ttl,
+)
 from ._wait import notify_local
+from .errors import LeaseClosedError
+from .observer import LeaseObserver, check_observer, timed_operation
 
 __all__ = ["InMemoryLeaseProvider"]
+
+#: Methods an observer sees, by the operation they report (`renew_leases` goes through
+#: `_renew_many`, so a batch is reported once).
+_OBSERVED = {
+    "acquire_lease": "acquire_lease",
+    "get_lease_owner": "get_lease_owner",
+    "get_lease": "get_lease",
+    "release_lease": "release_lease",
+    "renew_lease": "renew_lease",
+    "transfer_lease": "transfer_lease",
+    "_renew_many": "renew_leases",
+    "force_release": "force_release",
+    "list_leases": "list_leases",
+    "purge_expired": "purge_expired",
+    "now": "now",
+}
 
 logger = logging.getLogger("sql_lease")
 
@@ -31,22 +58,59 @@ class _Entry:
 class InMemoryLeaseProvider(LeaseLifecycle):
     """Leases in a dict, judged by a monotonic clock; asyncio- and thread-safe.
 
+    ``observer`` (a `sql_lease.observer.LeaseObserver`) sees each operation and lease event.
     ``clock`` returns seconds (default `time.monotonic`); tests can inject a fake one. Reported
     datetimes map clock readings onto wall time as of construction. Fences come from one
     counter per provider, so they strictly increase on every change of owner. A release,
-    transfer or force-release wakes a waiter of the key (`wait_for_lease`) at once.
+    transfer or force-release wakes a waiter of the key (`wait_for_lease`) at once. After
+    `aclose` (or leaving ``async with``) every call raises `LeaseClosedError`. Durations are
+    ints of milliseconds or `timedelta` values, rounded up to a whole millisecond.
     """
 
     #: Every change of this provider happens here, so it wakes waiters itself (no polling).
     _notifies_waiters = True
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        observer: LeaseObserver | None = None,
+    ) -> None:
+        self._observer = check_observer(observer)
+        if observer is not None:
+            # Timed wrappers on this instance only: without an observer, calls pay nothing.
+            for name, operation in _OBSERVED.items():
+                method = getattr(self, name)
+                setattr(self, name, timed_operation(observer, "memory", operation, method))
         self._clock = clock
         self._leases: dict[str, _Entry] = {}
         self._fences = itertools.count(1)
         self._lock = threading.Lock()
         self._wall0 = datetime.now(UTC)
         self._clock0 = clock()
+        self._closed = False
+
+    @property
+    def observer(self) -> LeaseObserver | None:
+        """The observer given at construction, or None."""
+        return self._observer
+
+    async def aclose(self) -> None:
+        """Close the provider (idempotent): later calls raise `LeaseClosedError`; leases held
+        through `hold` count as lost. The leases themselves are kept, unreachable."""
+        if not self._closed:
+            self._closed = True
+            self._end_holds()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise LeaseClosedError(operation)
 
     def _wall(self, t: float) -> datetime:
         return self._wall0 + timedelta(seconds=t - self._clock0)
@@ -60,10 +124,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             return None
         return entry
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+        """Claim ``key`` for ``owner`` for ``ttl_ms`` if free, expired or already ``owner``'s
+        (then only the expiry moves; the fence stays); else report the live holder."""
         check_name("key", key)
         check_name("owner", owner)
-        check_ttl(ttl_ms)
+        ttl_ms = check_ttl(ttl_ms)
+        if self._closed:
+            raise LeaseClosedError("acquire_lease")
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
@@ -77,7 +145,10 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             return AcquireResult(True, owner, entry.fence, self._wall(entry.expires))
 
     async def get_lease_owner(self, key: str) -> str | None:
+        """The owner of the live lease of ``key``, or None if it is absent or expired."""
         check_name("key", key)
+        if self._closed:
+            raise LeaseClosedError("get_lease_owner")
         with self._lock:
             entry = self._live(key, self._clock())
             return None if entry is None else entry.owner
@@ -85,6 +156,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
     async def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` with its fence and times, or None."""
         check_name("key", key)
+        self._check_open("get_lease")
         with self._lock:
             entry = self._live(key, self._clock())
             if entry is None:
@@ -94,8 +166,11 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             )
 
     async def release_lease(self, key: str, owner: str) -> None:
+        """End the lease of ``key`` if ``owner`` holds it (live or expired); else do nothing."""
         check_name("key", key)
         check_name("owner", owner)
+        if self._closed:
+            raise LeaseClosedError("release_lease")
         with self._lock:
             entry = self._leases.get(key)
             if entry is None or entry.owner != owner:
@@ -103,10 +178,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             del self._leases[key]
         notify_local(self, key)
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+    async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
+        """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms``; False (and
+        nothing changed) when it is expired, absent or someone else's."""
         check_name("key", key)
         check_name("owner", owner)
-        check_ttl(ttl_ms)
+        ttl_ms = check_ttl(ttl_ms)
+        if self._closed:
+            raise LeaseClosedError("renew_lease")
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
@@ -115,11 +194,17 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             entry.expires = now + ttl_ms / 1000
             return True
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+    ) -> bool:
+        """Hand ``from_owner``'s live lease of ``key`` to ``to_owner`` for ``ttl_ms`` with a
+        new fence, at once (the key is never free); False when not held by ``from_owner``."""
         check_name("key", key)
         check_name("from_owner", from_owner)
         check_name("to_owner", to_owner)
-        check_ttl(ttl_ms)
+        ttl_ms = check_ttl(ttl_ms)
+        if self._closed:
+            raise LeaseClosedError("transfer_lease")
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
@@ -134,13 +219,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         notify_local(self, key)
         return True
 
-    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
+    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
         return [r is not None for r in await self._renew_many(items, ttl_ms)]
 
     async def force_release(self, key: str) -> bool:
         """End the live lease of ``key`` whoever holds it; logged at WARNING."""
         check_name("key", key)
+        self._check_open("force_release")
         with self._lock:
             entry = self._live(key, self._clock())
             if entry is None:
@@ -159,6 +245,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         check_prefix(prefix)
         count = check_limit(limit)
         floor = None if after is None else check_name("after", after)
+        self._check_open("list_leases")
         with self._lock:
             now = self._clock()
             found = []
@@ -183,13 +270,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             return found
 
     async def purge_expired(
-        self, *, min_age_ms: int = 0, batch_size: int = 1_000, max_batches: int | None = None
+        self, *, min_age_ms: Millis = 0, batch_size: int = 1_000, max_batches: int | None = None
     ) -> int:
         """Drop entries expired for at least ``min_age_ms``; returns how many were dropped."""
         age = check_millis("min_age_ms", min_age_ms) / 1000
         check_limit(batch_size, what="batch_size", most=100_000)
         if max_batches is not None:
             check_limit(max_batches, "max_batches", 10**9)
+        self._check_open("purge_expired")
         with self._lock:
             now = self._clock()
             dead = [k for k, e in self._leases.items() if e.expires <= now - age]
@@ -204,15 +292,17 @@ class InMemoryLeaseProvider(LeaseLifecycle):
 
     async def now(self) -> datetime:
         """This provider's clock as an aware datetime (the clock that judges expiry)."""
+        self._check_open("now")
         with self._lock:
             return self._wall(self._clock())
 
     async def _renew_many(
-        self, items: Iterable[tuple[str, str]], ttl_ms: int
+        self, items: Iterable[tuple[str, str]], ttl_ms: Millis
     ) -> list[tuple[int, datetime] | None]:
         """Renew many leases; per item (fence, new expiry), or None when it was not held."""
         pairs = [(k.decode(), o.decode()) for k, o in check_items(items)]
-        check_ttl(ttl_ms)
+        ttl_ms = check_ttl(ttl_ms)
+        self._check_open("renew_leases")
         with self._lock:
             now = self._clock()
             out: list[tuple[int, datetime] | None] = []

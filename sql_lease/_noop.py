@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._contract import AcquireResult, LeaseProvider, is_lease_provider
-from ._validate import check_name, check_ttl
+from ._validate import Millis, check_name, check_ttl
 
 __all__ = ["NOOP_LEASE_PROVIDER", "NoopLeaseProvider", "lease_provider_or_noop"]
 
@@ -19,27 +19,34 @@ class NoopLeaseProvider:
 
     __slots__ = ()
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+        """Always acquired by ``owner`` (no fence, no expiry: nothing is stored)."""
         check_name("key", key)
         check_name("owner", owner)
         check_ttl(ttl_ms)
         return AcquireResult(acquired=True, owner=owner)
 
     async def get_lease_owner(self, key: str) -> str | None:
+        """Always None: nothing is stored."""
         check_name("key", key)
         return None
 
     async def release_lease(self, key: str, owner: str) -> None:
+        """Does nothing."""
         check_name("key", key)
         check_name("owner", owner)
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+    async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
+        """Always True: the caller keeps its (imaginary) lease."""
         check_name("key", key)
         check_name("owner", owner)
         check_ttl(ttl_ms)
         return True
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+    ) -> bool:
+        """Always True: the hand-off succeeds."""
         check_name("key", key)
         check_name("from_owner", from_owner)
         check_name("to_owner", to_owner)

@@ -18,12 +18,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._per_provider import PerProvider
-from .errors import LeaseDatabaseError
+from .errors import LeaseClosedError, LeaseDatabaseError
 
 if TYPE_CHECKING:
     from ._hold import HeldLease
 
-__all__ = ["Renewer", "renew_batch", "renewer_for"]
+__all__ = ["Renewer", "close_for", "renew_batch", "renewer_for"]
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -35,6 +35,13 @@ Outcome = tuple[bool, datetime | None]  # (still held, new expiry if the provide
 def renewer_for(provider: Any) -> Renewer:
     """The renewal scheduler of ``provider`` (created on first use)."""
     return _renewers.get(provider)
+
+
+def close_for(provider: Any, reason: str) -> None:
+    """``provider`` was closed: every lease it renews is lost with ``reason``."""
+    renewer = _renewers.find(provider)
+    if renewer is not None:
+        renewer.close(reason)
 
 
 async def renew_batch(provider: Any, pairs: Sequence[tuple[str, str]], ttl: int) -> list[Outcome]:
@@ -87,6 +94,14 @@ class Renewer:
     def discard(self, lease: HeldLease) -> None:
         self._leases.discard(lease)
 
+    def close(self, reason: str) -> None:
+        """Lose every lease (its provider closed) and let the loop end now."""
+        for lease in list(self._leases):
+            lease._lose(reason)
+        self._leases.clear()
+        if self._wake is not None:
+            self._wake.set()
+
     async def settle(self, lease: HeldLease) -> None:
         """Wait until no renewal of ``lease`` is in flight (call after `discard`)."""
         batch = self._batch
@@ -137,6 +152,10 @@ class Renewer:
         self.statements += 1
         try:
             outcomes = await renew_batch(provider, [(x.key, x.owner) for x in leases], ttl)
+        except LeaseClosedError:
+            for lease in leases:
+                lease._lose("its provider was closed")
+            return
         except LeaseDatabaseError as exc:
             now = loop.time()
             for lease in leases:

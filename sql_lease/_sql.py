@@ -22,10 +22,11 @@ from ._dberrors import is_connection_failure, translate
 from ._deadlines import Deadlines
 from ._guard import guard
 from ._hold import LeaseLifecycle
-from ._sqlite import build_sqlite_statements
+from ._sqlite import build_sqlite_statements, sqlite_connect_args
 from ._statements import Statements, build_statements
 from ._urls import build_engine, normalize_url, redact
 from ._validate import (
+    Millis,
     check_identifier,
     check_items,
     check_limit,
@@ -35,7 +36,14 @@ from ._validate import (
     check_ttl,
 )
 from ._wait import close_listener
-from .errors import LeaseDatabaseError, LeaseError, LeaseTypeError, LeaseValueError
+from .errors import (
+    LeaseClosedError,
+    LeaseDatabaseError,
+    LeaseError,
+    LeaseTypeError,
+    LeaseValueError,
+)
+from .observer import LeaseObserver, check_observer, timed_statement
 from .schema import DEFAULT_TABLE
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
@@ -67,7 +75,9 @@ class SqlLeaseProvider(LeaseLifecycle):
     Every operation is one conditional statement in autocommit, judged by the database clock.
     ``timeout`` (seconds) bounds each call end to end: pool checkout, connection and statement.
     A provider built with `from_url` owns its engine and disposes of it in `aclose`; one given
-    an engine never disposes of it.
+    an engine never disposes of it. After `aclose` every call raises `LeaseClosedError`.
+    Durations (``ttl_ms`` and the like) are ints of milliseconds or `timedelta` values, rounded up
+    to a whole millisecond.
     """
 
     def __init__(
@@ -77,11 +87,13 @@ class SqlLeaseProvider(LeaseLifecycle):
         table_name: str = DEFAULT_TABLE,
         schema: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        observer: LeaseObserver | None = None,
     ) -> None:
         check_identifier("table_name", table_name)
         if schema is not None:
             check_identifier("schema", schema)
         self._timeout = _check_seconds("timeout", timeout)
+        self._observer = check_observer(observer)
         if not isinstance(engine, AsyncEngine):
             raise LeaseTypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
         dialect = engine.dialect
@@ -92,6 +104,7 @@ class SqlLeaseProvider(LeaseLifecycle):
                 f"{dialect.name}+{dialect.driver}"
             )
         self._sqlite = dialect.name == "sqlite"
+        self._backend = dialect.name  # "postgresql" or "sqlite", as observers see it
         if self._sqlite and schema is not None:
             raise LeaseValueError("SQLite has no schemas: leave schema=None")
         self._engine = engine
@@ -116,6 +129,8 @@ class SqlLeaseProvider(LeaseLifecycle):
             sqlite_pragmas=self._sqlite_pragmas if self._sqlite else None,
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._closing: asyncio.Task[None] | None = None
         self._deadlines = Deadlines()
         self._hints = ContentionHints()
         #: How often acquire ran its statement again because a concurrent writer committed
@@ -135,6 +150,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         synchronous_commit: bool = True,
+        observer: LeaseObserver | None = None,
         **engine_kwargs: Any,
     ) -> SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
@@ -148,9 +164,12 @@ class SqlLeaseProvider(LeaseLifecycle):
         ``synchronous_commit=False`` runs the provider's statements (its engine serves nothing
         else) with ``synchronous_commit = off``: faster writes, but a server crash can forget
         the last fraction of a second of lease changes (see the README's "Durability").
+
+        ``observer`` (a `sql_lease.observer.LeaseObserver`) sees every statement and lease event.
         """
         if not isinstance(synchronous_commit, bool):
             raise LeaseTypeError("synchronous_commit must be a bool")
+        check_observer(observer)
         parsed = normalize_url(url)
         seconds = _check_seconds("timeout", timeout)
         connect_seconds = _check_seconds("connect_timeout", connect_timeout)
@@ -159,14 +178,14 @@ class SqlLeaseProvider(LeaseLifecycle):
             check_identifier("schema", schema)
         connect_args = dict(engine_kwargs.pop("connect_args", {}))
         if parsed.drivername == "sqlite+aiosqlite":
-            # Autocommit: every statement is its own transaction, as on PostgreSQL.
-            connect_args.setdefault("isolation_level", None)
-            connect_args.setdefault("timeout", seconds * _SERVER_SHARE)
+            connect_args = sqlite_connect_args(connect_args, seconds * _SERVER_SHARE)
             engine_kwargs.setdefault("pool_size", 5)
             engine_kwargs.setdefault("max_overflow", 5)
             engine_kwargs.setdefault("pool_timeout", seconds)
             engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
-            provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
+            provider = cls(
+                engine, table_name=table_name, schema=schema, timeout=seconds, observer=observer
+            )
             if not synchronous_commit:
                 provider._sqlite_pragmas = (
                     *provider._sqlite_pragmas[:-1],
@@ -189,7 +208,9 @@ class SqlLeaseProvider(LeaseLifecycle):
         engine_kwargs.setdefault("max_overflow", 10)
         engine_kwargs.setdefault("pool_timeout", seconds)
         engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
-        provider = cls(engine, table_name=table_name, schema=schema, timeout=seconds)
+        provider = cls(
+            engine, table_name=table_name, schema=schema, timeout=seconds, observer=observer
+        )
         provider._own_engine()
         return provider
 
@@ -220,12 +241,32 @@ class SqlLeaseProvider(LeaseLifecycle):
         """Seconds that bound each call end to end."""
         return self._timeout
 
+    @property
+    def observer(self) -> LeaseObserver | None:
+        """The observer given at construction, or None."""
+        return self._observer
+
     async def aclose(self) -> None:
-        """Dispose of the engine if this provider created it (`from_url`)."""
+        """Close the provider; idempotent. Every later call raises `LeaseClosedError`.
+
+        Leases held through `hold` count as lost (their bodies are cancelled) and are left to
+        expire. Calls in flight finish first (each within its timeout); then every connection
+        goes back to the pool, and the engine is disposed of if this provider created it
+        (`from_url`); an engine the caller gave is left open.
+        """
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.get_running_loop().create_task(self._shut_down())
+        # Shielded: a cancelled (or self-cancelling, from inside a hold) caller does not stop
+        # the shutdown half-way; a second aclose waits for the same one.
+        await asyncio.shield(self._closing)
+
+    async def _shut_down(self) -> None:
+        self._end_holds()
+        await self._connections.shutdown(self._timeout + _CANCEL_GRACE)
         if self._cleanup_tasks:
             await asyncio.wait(list(self._cleanup_tasks), timeout=_CANCEL_GRACE)
         await close_listener(self)
-        await self._connections.close()
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -250,6 +291,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         sql: str,
         args: tuple[object, ...],
         seconds: float | None = None,
+        timed: bool = False,
     ) -> list[Any]:
         """Run ``sql`` with ``args`` within the timeout (or ``seconds``); return its rows.
 
@@ -262,7 +304,18 @@ class SqlLeaseProvider(LeaseLifecycle):
 
         The statement is awaited right here, not in a helper coroutine: every coroutine frame
         between the caller and the driver is paid again on each suspension and resumption.
+        With an observer, `_run` calls itself (``timed=True``) inside `timed_statement`,
+        which times the call and reports it; without one, observing costs one test.
         """
+        if self._closed:
+            raise LeaseClosedError(operation)
+        if self._observer is not None and not timed:
+            return await timed_statement(
+                self._observer,
+                self._backend,
+                operation,
+                self._run(operation, write, sql, args, seconds, True),
+            )
         deadlines = self._deadlines
         task = deadlines.start(self._timeout if seconds is None else seconds)
         connections = self._connections
@@ -355,7 +408,9 @@ class SqlLeaseProvider(LeaseLifecycle):
 
     # -- the contract --------------------------------------------------------------------
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: int) -> AcquireResult:
+    async def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+        """Claim ``key`` for ``owner`` for ``ttl_ms`` if free, expired or already ``owner``'s
+        (then only the expiry moves; the fence stays); else report the live holder."""
         k = check_name("key", key)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
@@ -392,6 +447,7 @@ class SqlLeaseProvider(LeaseLifecycle):
         return self._timeout - (monotonic() - started)
 
     async def get_lease_owner(self, key: str) -> str | None:
+        """The owner of the live lease of ``key``, or None if it is absent or expired."""
         k = check_name("key", key)
         rows = await self._run("get_lease_owner", False, self._sql.get_owner, (k,))
         return rows[0][0].decode() if rows else None
@@ -409,13 +465,21 @@ class SqlLeaseProvider(LeaseLifecycle):
     # coroutine frame less on every suspension of the hot path.
 
     async def release_lease(self, key: str, owner: str) -> None:
+        """End the lease of ``key`` if ``owner`` holds it (live or expired); else do nothing."""
         await self._run("release_lease", True, self._sql.release, _key_owner(key, owner))
 
-    async def renew_lease(self, key: str, owner: str, ttl_ms: int) -> bool:
+    async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
+        """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms``; False (and
+        nothing changed) when it is expired, absent or someone else's."""
         args = (*_key_owner(key, owner), check_ttl(ttl_ms))
         return bool(await self._run("renew_lease", True, self._sql.renew, args))
 
-    async def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: int) -> bool:
+    async def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+    ) -> bool:
+        """Hand ``from_owner``'s live lease of ``key`` to ``to_owner`` for ``ttl_ms`` with a
+        new fence, in one statement (the key is never free); False when not held by
+        ``from_owner``."""
         args = _transfer_args(key, from_owner, to_owner, ttl_ms)
         return bool(await self._run("transfer_lease", True, self._sql.transfer, args))
 
@@ -427,14 +491,14 @@ class SqlLeaseProvider(LeaseLifecycle):
         rows = await self._run("release_lease", True, self._sql.release, _key_owner(key, owner))
         return (rows[0][0], rows[0][1]) if rows else None
 
-    async def _renew(self, key: str, owner: str, ttl_ms: int) -> tuple[int, datetime] | None:
+    async def _renew(self, key: str, owner: str, ttl_ms: Millis) -> tuple[int, datetime] | None:
         """Renew; (fence, new expiry), or None when the lease was lost."""
         args = (*_key_owner(key, owner), check_ttl(ttl_ms))
         rows = await self._run("renew_lease", True, self._sql.renew, args)
         return (rows[0][0], rows[0][1]) if rows else None
 
     async def _transfer(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: int
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
     ) -> tuple[int, datetime] | None:
         """Transfer; (fence of the new owner, new expiry), or None when it was not held."""
         args = _transfer_args(key, from_owner, to_owner, ttl_ms)
@@ -443,16 +507,18 @@ class SqlLeaseProvider(LeaseLifecycle):
 
     # -- extensions ----------------------------------------------------------------------
 
-    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: int) -> list[bool]:
+    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""
         return [r is not None for r in await self._renew_many(items, ttl_ms)]
 
     async def _renew_many(
-        self, items: Iterable[tuple[str, str]], ttl_ms: int
+        self, items: Iterable[tuple[str, str]], ttl_ms: Millis
     ) -> list[tuple[int, datetime] | None]:
         pairs = check_items(items)
         ttl = check_ttl(ttl_ms)
         if not pairs:
+            if self._closed:
+                raise LeaseClosedError("renew_leases")
             return []
         # Duplicates would match one row twice; send each pair once and fan the answer out.
         unique = list(dict.fromkeys(pairs))
@@ -491,7 +557,11 @@ class SqlLeaseProvider(LeaseLifecycle):
         return [Lease(k.decode(), o.decode(), f, e, a) for k, o, f, e, a, _ in rows]
 
     async def purge_expired(
-        self, *, min_age_ms: int = 60_000, batch_size: int = 1_000, max_batches: int | None = None
+        self,
+        *,
+        min_age_ms: Millis = 60_000,
+        batch_size: int = 1_000,
+        max_batches: int | None = None,
     ) -> int:
         """Delete rows expired for at least ``min_age_ms``, ``batch_size`` rows per statement.
 
@@ -512,7 +582,7 @@ class SqlLeaseProvider(LeaseLifecycle):
                 break
         return total
 
-    async def _want(self, key: str, wait_ms: int) -> tuple[str, int, datetime] | None:
+    async def _want(self, key: str, wait_ms: Millis) -> tuple[str, int, datetime] | None:
         """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
         k = check_name("key", key)
         wait = check_ttl(wait_ms)
@@ -536,6 +606,8 @@ class SqlLeaseProvider(LeaseLifecycle):
         ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
         when ``fence`` is not the live fence. See `sql_lease._guard`.
         """
+        if self._closed:
+            raise LeaseClosedError("guard")
         await guard(self, conn, key, fence)
 
 
@@ -544,7 +616,7 @@ def _key_owner(key: str, owner: str) -> tuple[bytes, bytes]:
 
 
 def _transfer_args(
-    key: str, from_owner: str, to_owner: str, ttl_ms: int
+    key: str, from_owner: str, to_owner: str, ttl_ms: Millis
 ) -> tuple[bytes, bytes, bytes, int]:
     k = check_name("key", key)
     return (

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import Final
+from datetime import timedelta
+from typing import Final, TypeAlias
 
 from .errors import LeaseTypeError, LeaseValueError
 
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_TTL_MS",
+    "Millis",
     "check_identifier",
     "check_items",
     "check_limit",
@@ -24,6 +26,10 @@ MAX_TTL_MS: Final = 365 * 24 * 60 * 60 * 1000
 # Derived names (`<table>_fence_seq`, `<table>_alembic_version`) must fit PostgreSQL's 63 bytes.
 MAX_IDENTIFIER_LEN: Final = 40
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MS: Final = timedelta(milliseconds=1)
+
+#: A duration argument (``ttl_ms``, ``wait_ms``, ...): an int of milliseconds or a `timedelta`.
+Millis: TypeAlias = int | timedelta
 
 
 def check_name(what: str, value: object) -> bytes:
@@ -43,13 +49,32 @@ def check_name(what: str, value: object) -> bytes:
     return encoded
 
 
-def check_ttl(ttl_ms: object) -> int:
-    """Validate a TTL in milliseconds: an int (not bool), 1 ms to 365 days."""
-    if not isinstance(ttl_ms, int) or isinstance(ttl_ms, bool):
-        raise LeaseTypeError(f"ttl_ms must be an int of milliseconds, not {type(ttl_ms).__name__}")
-    if ttl_ms <= 0 or ttl_ms > MAX_TTL_MS:
-        raise LeaseValueError(f"ttl_ms must be between 1 and {MAX_TTL_MS} (365 days), not {ttl_ms}")
-    return int(ttl_ms)
+def _to_millis(what: str, value: object) -> int:
+    """An int of milliseconds (not bool), or a `timedelta` rounded up to a whole millisecond."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, timedelta):
+        return -(-value // _MS)  # rounded up: a duration is never shorter than asked
+    raise LeaseTypeError(
+        f"{what} must be an int of milliseconds or a timedelta, not {type(value).__name__}"
+    )
+
+
+def _shown(value: object, millis: int) -> str:
+    return f"{value} ({millis} ms)" if isinstance(value, timedelta) else str(millis)
+
+
+def check_ttl(ttl_ms: object, what: str = "ttl_ms") -> int:
+    """Validate a TTL: an int of milliseconds or a `timedelta` (rounded up to a whole
+    millisecond), 1 ms to 365 days; returns milliseconds."""
+    if type(ttl_ms) is int and 0 < ttl_ms <= MAX_TTL_MS:  # the hot path: one test
+        return ttl_ms
+    millis = _to_millis(what, ttl_ms)
+    if millis <= 0 or millis > MAX_TTL_MS:
+        raise LeaseValueError(
+            f"{what} must be between 1 and {MAX_TTL_MS} ms (365 days), not {_shown(ttl_ms, millis)}"
+        )
+    return millis
 
 
 def check_identifier(what: str, value: object) -> str:
@@ -65,12 +90,14 @@ def check_identifier(what: str, value: object) -> str:
 
 
 def check_millis(what: str, value: object) -> int:
-    """Validate a non-negative int of milliseconds (at most 365 days)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise LeaseTypeError(f"{what} must be an int of milliseconds, not {type(value).__name__}")
-    if value < 0 or value > MAX_TTL_MS:
-        raise LeaseValueError(f"{what} must be between 0 and {MAX_TTL_MS}, not {value}")
-    return int(value)
+    """Validate a non-negative duration (int of milliseconds or `timedelta`, rounded up), at
+    most 365 days; returns milliseconds."""
+    millis = _to_millis(what, value)
+    if millis < 0 or millis > MAX_TTL_MS:
+        raise LeaseValueError(
+            f"{what} must be between 0 and {MAX_TTL_MS} ms (365 days), not {_shown(value, millis)}"
+        )
+    return millis
 
 
 def check_limit(value: object, what: str = "limit", most: int = 10_000) -> int:

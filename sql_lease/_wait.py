@@ -25,7 +25,9 @@ from typing import Any
 from ._contract import AcquireResult
 from ._listen import Listener
 from ._per_provider import PerProvider
-from ._validate import check_millis, check_name, check_ttl
+from ._validate import Millis, check_millis, check_name, check_ttl
+from .errors import LeaseClosedError
+from .observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
 
 __all__ = [
     "POLL_S",
@@ -36,6 +38,7 @@ __all__ = [
     "notify_local",
     "wait_for",
     "wait_for_lease",
+    "wake_all",
 ]
 
 #: Re-check interval for providers that cannot notify (SQLite), in seconds.
@@ -72,8 +75,15 @@ def notify_local(provider: Any, key: str) -> None:
         hub.notify(key)
 
 
+def wake_all(provider: Any) -> None:
+    """Wake every waiter of ``provider`` (it was closed: their next call fails at once)."""
+    hub = _hubs.find(provider)
+    if hub is not None:
+        hub.wake_all()
+
+
 async def close_listener(provider: Any) -> None:
-    """Close ``provider``'s LISTEN connection now (for its ``aclose``); waiters reopen it."""
+    """Close ``provider``'s LISTEN connection now (for its ``aclose``)."""
     hub = _hubs.find(provider)
     if hub is not None and hub.listener is not None:
         await hub.listener.close()
@@ -143,6 +153,19 @@ class Hub:
             if not line:
                 del self._waiters[key]
 
+    def wake_all(self) -> None:
+        """Wake every waiter, sleeping or not."""
+        waiters = [w for line in self._waiters.values() for w in line]
+        self._waiters.clear()
+        for waiter in waiters:
+            _wake(waiter, "closed")
+
+    def sleeping(self, key: str) -> int:
+        """How many waiters of ``key`` are asleep in line, waiting for a wake-up (diagnostics;
+        tests wait on it instead of sleeping). With a listener, a waiter only sleeps once it
+        tried LISTEN; ``listener.connected`` tells whether it is in place."""
+        return sum(waiter.sleeping for waiter in self._waiters.get(key, ()))
+
     def generation(self) -> int:
         """The current listener connection's number, or -1 when not listening."""
         listener = self.listener
@@ -177,13 +200,13 @@ def _wake(waiter: Waiter, reason: str) -> None:
 
 
 async def wait_for(
-    provider: Any, key: str, owner: str, ttl_ms: int, timeout_ms: int
+    provider: Any, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the loop time at which the last acquire started."""
     check_name("key", key)
     check_name("owner", owner)
-    check_ttl(ttl_ms)
-    check_millis("timeout_ms", timeout_ms)
+    ttl_ms = check_ttl(ttl_ms)
+    timeout_ms = check_millis("timeout_ms", timeout_ms)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     started = loop.time()
@@ -193,6 +216,7 @@ async def wait_for(
     hub = hub_for(provider)
     waiter = Waiter(key, loop)
     want = getattr(provider, "_want", None)
+    observer = observer_of(provider)
     try:
         while True:
             remaining = deadline - loop.time()
@@ -202,6 +226,8 @@ async def wait_for(
                 await want(key, max(1, math.ceil(remaining * 1000)))
             hub.arm(waiter)
             if hub.listener is not None:
+                if provider.closed:  # closed meanwhile: do not start a listener again
+                    raise LeaseClosedError("wait_for_lease")
                 await hub.listener.ready(min(remaining, provider.timeout))
             waiter.generation = hub.generation()
             started = loop.time()
@@ -216,6 +242,11 @@ async def wait_for(
                 wake_at = min(wake_at, loop.time() + POLL_S)
             # A reconnect since arming means notifications may have been missed: look again.
             if waiter.generation == hub.generation():
+                if observer is not None:
+                    waited = LeaseEvent(
+                        LeaseEventKind.WAITED, key, owner, result.fence, result.owner
+                    )
+                    report_lease_event(observer, waited)
                 waiter.sleeping = True
                 try:
                     async with asyncio.timeout_at(wake_at):
@@ -224,6 +255,10 @@ async def wait_for(
                     pass
                 finally:
                     waiter.sleeping = False
+                if observer is not None:
+                    why = waiter.reason or "timer"
+                    woke = LeaseEvent(LeaseEventKind.WOKE, key, owner, result.fence, why)
+                    report_lease_event(observer, woke)
                 if waiter.reason == "reconnect":
                     await asyncio.sleep(random.uniform(*_JITTER_S))
             started = loop.time()
@@ -239,7 +274,7 @@ async def wait_for(
 
 
 async def wait_for_lease(
-    provider: Any, key: str, owner: str, ttl_ms: int, *, timeout_ms: int
+    provider: Any, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_ms`` for it to become free.
 

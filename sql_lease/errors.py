@@ -8,6 +8,7 @@ a lost acquire race is an `AcquireResult` with ``acquired=False``.
 from __future__ import annotations
 
 __all__ = [
+    "LeaseClosedError",
     "LeaseConnectionError",
     "LeaseDatabaseError",
     "LeaseError",
@@ -28,6 +29,14 @@ class LeaseTypeError(LeaseError, TypeError):
 
 class LeaseValueError(LeaseError, ValueError):
     """An argument has the right type but an invalid value (raised before any I/O)."""
+
+
+class LeaseClosedError(LeaseError, RuntimeError):
+    """The provider was closed (``aclose``); it makes no more calls (raised before any I/O)."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"{operation}: provider is closed")
+        self.operation = operation
 
 
 class LeaseDatabaseError(LeaseError):

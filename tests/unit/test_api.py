@@ -35,6 +35,8 @@ PUBLIC = {
     "LeaseConnectionError",
     "LeaseTimeoutError",
     "LeaseSchemaError",
+    "LeaseClosedError",
+    "LeaseAlreadyHeld",
     "lease_table",
 }
 
@@ -52,6 +54,10 @@ def test_error_hierarchy_matches_builtins() -> None:
     assert issubclass(sql_lease.LeaseConnectionError, ConnectionError)
     for name in ("LeaseTypeError", "LeaseValueError", "LeaseDatabaseError", "LeaseSchemaError"):
         assert issubclass(getattr(sql_lease, name), LeaseError)
+    assert issubclass(sql_lease.LeaseClosedError, RuntimeError)
+    assert issubclass(sql_lease.LeaseClosedError, LeaseError)
+    assert not issubclass(sql_lease.LeaseClosedError, sql_lease.LeaseDatabaseError)
+    assert issubclass(sql_lease.LeaseAlreadyHeld, sql_lease.LeaseNotAcquired)
 
 
 class _Duck:
