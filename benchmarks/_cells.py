@@ -2,7 +2,9 @@
 
 Each cell runs every implementation in alternating rounds (A B C A B C ...), opening a fresh
 pool per turn so that at most one pool of ``concurrency`` PostgreSQL connections is open at a
-time, and so drift on a noisy machine hits every implementation alike.
+time, and so drift on a noisy machine hits every implementation alike. With ``--observer otel``
+the lifecycle and read cells also run ``library+otel`` (right after ``library``) in the same
+rounds.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
-from _impls import Impl, open_impl
+from _impls import OBSERVED, Impl, open_impl
 from _setup import (
     aof_everysec,
 )
@@ -83,6 +85,15 @@ class Context:
     sizes: Sizes
     admin: asyncpg.Connection
     redis: aioredis.Redis
+    #: ``"otel"``: the lifecycle and read cells also run the library with its OTel observer.
+    observer: str = "none"
+
+    def observed_impls(self) -> tuple[str, ...]:
+        """The implementations of the cells that measure the observer's cost."""
+        if self.observer != "otel" or "library" not in self.impls:
+            return self.impls
+        at = self.impls.index("library") + 1
+        return (*self.impls[:at], OBSERVED, *self.impls[at:])
 
     def log(self, message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -121,13 +132,16 @@ async def timed(
     relaxed: bool = False,
     space: str = "",
     first_round: int = 0,
+    impls: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Every implementation in alternating rounds: set up, warm up, then time each phase."""
-    tallies = {name: Tally() for name in ctx.impls}
+    """Every implementation (default ``ctx.impls``) in alternating rounds: set up, warm up,
+    then time each phase."""
+    names = ctx.impls if impls is None else impls
+    tallies = {name: Tally() for name in names}
     labels: dict[str, str] = {}
     notes: dict[str, dict[str, Any]] = {}
     for rnd in range(ctx.rounds):
-        for name in ctx.impls:
+        for name in names:
             impl = await ctx.open(
                 name, concurrency=concurrency, table=table, relaxed=relaxed, space=space
             )
@@ -182,14 +196,14 @@ def cell_result(
 
 async def lifecycle_cell(ctx: Context, concurrency: int) -> dict[str, CellResult]:
     name = f"lifecycle_c{concurrency}"
-    impls = await timed(ctx, name, concurrency, _lifecycle_phases)
+    impls = await timed(ctx, name, concurrency, _lifecycle_phases, impls=ctx.observed_impls())
     text = "acquire -> renew -> transfer -> release by the new owner, each worker on its own keys"
     return {name: cell_result(text, concurrency, impls)}
 
 
 async def read_cell(ctx: Context, concurrency: int) -> dict[str, CellResult]:
     name = f"read_c{concurrency}"
-    impls = await timed(ctx, name, concurrency, _read_phases)
+    impls = await timed(ctx, name, concurrency, _read_phases, impls=ctx.observed_impls())
     return {name: cell_result("get_lease_owner on held keys", concurrency, impls)}
 
 

@@ -6,6 +6,9 @@
   `SqlLeaseProvider.acquire_lease` (read first on contended keys; re-run rule). Nothing a
   library could shave off.
 * ``library``: `SqlLeaseProvider.from_url`, used as a user would.
+* ``library+otel`` (only with ``--observer otel``): the same with
+  `sql_lease.otel.OpenTelemetryObserver` on a real OpenTelemetry SDK `MeterProvider` (an
+  in-memory reader: every measurement is aggregated as in production, nothing is exported).
 * ``redis``: a Redis/Lua reference written the way Mastra's RedisStreamsPubSub leases work
   (``SET NX PX`` and compare-and-act Lua scripts), through redis-py asyncio with hiredis.
 
@@ -32,6 +35,7 @@ from sql_lease._statements import Statements, build_statements
 
 __all__ = [
     "IMPLS",
+    "OBSERVED",
     "Impl",
     "RawAsyncpgLeases",
     "RedisLuaLeases",
@@ -41,6 +45,8 @@ __all__ = [
 ]
 
 IMPLS = ("raw", "library", "redis")
+#: The library with the OpenTelemetry observer on (lifecycle and read cells, ``--observer otel``).
+OBSERVED = "library+otel"
 
 RenewMany = Callable[[Sequence[tuple[str, str]], int], Awaitable[list[bool]]]
 RenewManySql = tuple[
@@ -293,6 +299,42 @@ class RedisLuaLeases:
 # -- opening ---------------------------------------------------------------------------------
 
 
+def _otel_observer() -> tuple[Any, Any]:
+    """An `OpenTelemetryObserver` on a real SDK meter provider, and its in-memory reader."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        from sql_lease.otel import OpenTelemetryObserver
+    except ImportError as exc:
+        raise SystemExit(
+            f"--observer otel needs the OpenTelemetry SDK ({exc}):"
+            " pip install 'sql-lease[otel]' opentelemetry-sdk"
+        ) from exc
+    reader = InMemoryMetricReader()
+    return OpenTelemetryObserver(MeterProvider(metric_readers=[reader])), reader
+
+
+def _closing_with_count(
+    provider: SqlLeaseProvider, reader: Any, notes: dict[str, Any]
+) -> Callable[[], Awaitable[None]]:
+    """``provider.aclose`` that first notes how many durations the observer recorded."""
+
+    async def close() -> None:
+        data = reader.get_metrics_data()
+        count = 0
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == "db.client.operation.duration":
+                        count += sum(point.count for point in metric.data.data_points)
+        # This turn's count (prewarm and warm-up included); the report keeps the last turn's.
+        notes["otel_durations_recorded"] = count
+        await provider.aclose()
+
+    return close
+
+
 def library_relaxed_mode() -> str:
     """How the library is put in relaxed durability: its own option once it has one."""
     if "synchronous_commit" in inspect.signature(SqlLeaseProvider.from_url).parameters:
@@ -323,8 +365,12 @@ async def open_impl(
         raw = await RawAsyncpgLeases.open(pg_dsn, table, concurrency, settings)
         label = "asyncpg prepared" + (", synchronous_commit=off" if relaxed else "")
         return Impl(name, label, raw, raw.aclose, raw.renew_leases, raw.batch_source)
-    if name == "library":
+    if name in ("library", OBSERVED):
         kwargs: dict[str, Any] = {"table_name": table, "pool_size": concurrency, "max_overflow": 0}
+        reader = None
+        if name == OBSERVED:
+            observer, reader = _otel_observer()
+            kwargs["observer"] = observer
         mode = "default (durable)"
         if relaxed:
             mode = library_relaxed_mode()
@@ -334,16 +380,22 @@ async def open_impl(
                 kwargs["connect_args"] = {"server_settings": {"synchronous_commit": "off"}}
         provider = SqlLeaseProvider.from_url(pg_dsn, **kwargs)
         renew_many: RenewMany | None = getattr(provider, "renew_leases", None)
+        notes: dict[str, Any] = {"durability": mode}
+        close = provider.aclose
+        if reader is not None:
+            close = _closing_with_count(provider, reader, notes)
         return Impl(
             name,
-            "SqlLeaseProvider" + (", relaxed" if relaxed else ""),
+            "SqlLeaseProvider"
+            + (", relaxed" if relaxed else "")
+            + (", OpenTelemetryObserver" if reader is not None else ""),
             provider,
-            provider.aclose,
+            close,
             renew_many,
             "SqlLeaseProvider.renew_leases"
             if renew_many
             else "n/a: SqlLeaseProvider has no renew_leases yet",
-            {"durability": mode},
+            notes,
         )
     if name == "redis":
         red = RedisLuaLeases.open(redis_url, redis_prefix, concurrency)

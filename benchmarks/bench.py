@@ -3,6 +3,7 @@
     python benchmarks/bench.py                       # full run (a few minutes + scale/bloat)
     python benchmarks/bench.py --quick               # smoke run, every cell and code path, < 30 s
     python benchmarks/bench.py --cells lifecycle read --duration 3
+    python benchmarks/bench.py --cells lifecycle read --observer otel   # + library+otel
     python benchmarks/bench.py --publish             # also benchmarks/results.md + ratios.png
 
 PostgreSQL: ``--pg-url``, else ``$SQL_LEASE_BENCH_DSN``, else the local server; the benchmark
@@ -106,6 +107,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=list(IMPLS),
         help="implementations to run (default all; fewer only for profiling)",
     )
+    p.add_argument(
+        "--observer",
+        choices=("none", "otel"),
+        default="none",
+        help="otel: the lifecycle and read cells also run the library with"
+        " sql_lease.otel.OpenTelemetryObserver on the OpenTelemetry SDK (library+otel,"
+        " bar 1 at 0.8x raw); needs opentelemetry-sdk",
+    )
     p.add_argument("--bloat-renewals", type=int, help="renewals in the bloat cell")
     p.add_argument("--scale-rows", type=int, help="filler rows of the big scale table")
     p.add_argument("--json", type=Path, default=HERE / "results" / "latest.json")
@@ -169,6 +178,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             sizes=sizes,
             admin=admin,
             redis=client,
+            observer=args.observer,
         )
         for group in groups:
             runner, _ = GROUPS[group]
@@ -193,6 +203,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "pg": redact(dsn),
             "redis": args.redis_url,
             "library_relaxed_mode": library_relaxed_mode(),
+            "observer": args.observer,
             "environment": env,
         },
         "cells": cells,

@@ -5,12 +5,14 @@ gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contra
 """
 
 from ._contract import AcquireResult, Lease, LeaseProvider, is_lease_provider
-from ._hold import HeldLease, LeaseHook, LeaseLost, LeaseNotAcquired
+from ._exclusive import exclusive
+from ._hold import HeldLease, LeaseAlreadyHeld, LeaseHook, LeaseLost, LeaseNotAcquired
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
 from ._sql import SqlLeaseProvider
 from .coordinator import Coordinator
 from .errors import (
+    LeaseClosedError,
     LeaseConnectionError,
     LeaseDatabaseError,
     LeaseError,
@@ -19,6 +21,7 @@ from .errors import (
     LeaseTypeError,
     LeaseValueError,
 )
+from .observer import LeaseEvent, LeaseEventKind, LeaseObserver, StatementEvent
 from .schema import lease_table
 
 __version__ = "0.1.0"
@@ -30,12 +33,17 @@ __all__ = [
     "HeldLease",
     "InMemoryLeaseProvider",
     "Lease",
+    "LeaseAlreadyHeld",
+    "LeaseClosedError",
     "LeaseConnectionError",
     "LeaseDatabaseError",
     "LeaseError",
+    "LeaseEvent",
+    "LeaseEventKind",
     "LeaseHook",
     "LeaseLost",
     "LeaseNotAcquired",
+    "LeaseObserver",
     "LeaseProvider",
     "LeaseSchemaError",
     "LeaseTimeoutError",
@@ -43,7 +51,9 @@ __all__ = [
     "LeaseValueError",
     "NoopLeaseProvider",
     "SqlLeaseProvider",
+    "StatementEvent",
     "__version__",
+    "exclusive",
     "is_lease_provider",
     "lease_provider_or_noop",
     "lease_table",

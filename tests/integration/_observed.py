@@ -1,0 +1,37 @@
+"""Helpers of the observer tests: unique keys, and a lock held by another connection."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+
+def key() -> str:
+    return f"obs:{uuid.uuid4().hex[:12]}"
+
+
+@contextmanager
+def row_locked(url: str, backend: str, k: str) -> Iterator[None]:
+    """Another connection holds a write lock on ``k``'s row (PostgreSQL) or the file (SQLite)."""
+    if backend == "postgresql":
+        u = make_url(url)
+        pg = psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database)
+        try:
+            pg.execute("SELECT 1 FROM leases WHERE key = %s FOR UPDATE", (k.encode(),))
+            yield
+        finally:
+            pg.rollback()
+            pg.close()
+    else:
+        db = sqlite3.connect(make_url(url).database or "", isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            db.rollback()
+            db.close()
