@@ -1,0 +1,231 @@
+"""PostgreSQL for the sync provider: psycopg 3, one autocommit statement per call.
+
+Statements come from the shared catalogue with ``$1`` placeholders and run through psycopg's
+`RawCursor`, unprepared (``prepare=False``), so nothing is rewritten and a transaction pooler
+(PgBouncer) is safe. Connections come from a `psycopg_pool.ConnectionPool` that the provider
+owns (`from_url`) or from a caller's SQLAlchemy `Engine` (then the connection's own settings
+are restored before it goes back). Each call is bounded end to end: pool checkout, connect
+(``connect_timeout``), and the statement, which the server cancels itself at 80% of the
+timeout (``statement_timeout``/``lock_timeout``, set at connect for owned pools) and the
+provider's deadline watchdog cancels from the client at 100% (by a cancel request, then by
+shutting the socket if the network is stalled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from time import monotonic
+from typing import Any, Final, cast
+
+import psycopg
+import psycopg_pool
+from psycopg import pq
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import PoolProxiedConnection
+
+from ..errors import LeaseDatabaseError, LeaseError
+from ._deadlines import Deadlines
+from ._errors import is_broken, translate
+
+__all__ = ["EnginePgSource", "PgExecutor", "PoolPgSource"]
+
+_MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up
+_CANCEL_S: Final = 1.0  # how long a cancel request may take before the socket is shut
+
+
+class PoolPgSource:
+    """Connections from a pool that the provider owns (and closes)."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool[Any]) -> None:
+        self.pool = pool
+        self._errors_seen = 0
+
+    def get(self, timeout: float) -> tuple[psycopg.Connection[Any], object]:
+        try:
+            conn = self.pool.getconn(timeout=timeout)
+        except psycopg_pool.PoolTimeout as exc:
+            # The pool connects in the background and only says it timed out; if connecting
+            # failed meanwhile, the server is unreachable rather than the pool busy.
+            errors = self.pool.get_stats().get("connections_errors", 0)
+            if errors > self._errors_seen:
+                self._errors_seen = errors
+                raise ConnectionRefusedError(
+                    "no connection could be opened within the timeout (the 'psycopg.pool' "
+                    "log says why)"
+                ) from exc
+            raise
+        return conn, None
+
+    def put(self, conn: psycopg.Connection[Any], token: object, broken: bool) -> None:
+        if broken and not conn.closed:
+            conn.close()  # the pool sees it closed and replaces it
+        self.pool.putconn(conn)
+
+    def close(self) -> None:
+        self.pool.close(timeout=_CANCEL_S)
+
+
+class EnginePgSource:
+    """Connections from a caller's SQLAlchemy `Engine` (postgresql+psycopg); never disposed.
+
+    A borrowed connection is switched to autocommit for the call and switched back before it
+    returns to the engine's pool.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def get(self, timeout: float) -> tuple[psycopg.Connection[Any], object]:
+        fairy = self.engine.raw_connection()
+        conn: psycopg.Connection[Any] = fairy.driver_connection  # type: ignore[assignment]
+        previous = conn.autocommit
+        try:
+            if not previous:
+                conn.autocommit = True
+        except BaseException:
+            fairy.invalidate()
+            raise
+        return conn, (fairy, previous)
+
+    def put(self, conn: psycopg.Connection[Any], token: object, broken: bool) -> None:
+        fairy, previous = cast("tuple[PoolProxiedConnection, Any]", token)
+        if broken or conn.closed or conn.broken:
+            fairy.invalidate()
+            return
+        try:
+            if not previous:
+                conn.autocommit = False
+        except psycopg.Error:
+            fairy.invalidate()
+            return
+        fairy.close()
+
+    def close(self) -> None:
+        pass
+
+
+def _dead(conn: psycopg.Connection[Any]) -> bool:
+    """True when an idle connection is unusable: closed, or the server hung up meanwhile.
+
+    An idle autocommit connection has nothing to read; if its socket is readable, the server
+    sent a termination notice or closed it. Costs one non-blocking ``select``.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if readable:
+            conn.pgconn.consume_input()
+            return conn.pgconn.status != pq.ConnStatus.OK
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return False
+
+
+def _interrupter(conn: psycopg.Connection[Any], done: threading.Event) -> Any:
+    """What the watchdog does at a call's deadline: cancel, then shut the socket if stuck."""
+
+    def cancel() -> None:
+        with contextlib.suppress(Exception):
+            conn.cancel_safe(timeout=_CANCEL_S)
+        if not done.wait(_CANCEL_S):
+            with contextlib.suppress(OSError, ValueError, psycopg.Error):
+                sock = socket.socket(fileno=socket.dup(conn.fileno()))
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                finally:
+                    sock.close()
+
+    def on_expire() -> None:
+        threading.Thread(target=cancel, name="sql_lease cancel", daemon=True).start()
+
+    return on_expire
+
+
+class PgExecutor:
+    """Runs catalogue statements on PostgreSQL within a deadline; failures become LeaseErrors."""
+
+    notifies: bool = True
+
+    def __init__(
+        self,
+        source: PoolPgSource | EnginePgSource,
+        *,
+        where: str,
+        table: str,
+        listen_kwargs: dict[str, Any],
+    ) -> None:
+        self.source = source
+        self.where = where
+        self._table = table
+        #: How the dedicated LISTEN connection connects (see `_listen`).
+        self.listen_kwargs: dict[str, Any] | None = listen_kwargs
+        self._deadlines = Deadlines()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def run(
+        self, operation: str, write: bool, sql: str, args: tuple[object, ...], seconds: float
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` with ``args`` within ``seconds``; return its rows.
+
+        A connection found dead before sending is replaced; one that broke under a read is
+        replaced and the read repeated once. A write that may have reached the server is not
+        repeated: it raises with ``outcome_unknown=True``.
+        """
+        deadline = monotonic() + seconds
+        source = self.source
+        for attempt in range(_MAX_CHECKOUTS):
+            left = deadline - monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError(f"no answer within {seconds:.3f} s")
+                conn, token = source.get(left)
+            except LeaseError:
+                raise
+            except Exception as exc:
+                if attempt == 0 and isinstance(exc, psycopg.OperationalError):
+                    continue  # nothing was sent: one more try on a fresh connection
+                raise translate(
+                    exc,
+                    operation=operation,
+                    where=self.where,
+                    sent=False,
+                    table=self._table,
+                    timed_out=isinstance(exc, TimeoutError),
+                ) from exc
+            if _dead(conn):
+                source.put(conn, token, True)
+                continue
+            done = threading.Event()
+            call = self._deadlines.start(deadline, _interrupter(conn, done))
+            try:
+                with psycopg.RawCursor(conn) as cur:
+                    cur.execute(sql, args, prepare=False)
+                    rows = cur.fetchall() if cur.description is not None else []
+            except BaseException as exc:
+                done.set()
+                expired = self._deadlines.finish(call)
+                broken = expired or conn.broken or is_broken(exc)
+                source.put(conn, token, broken)
+                if not isinstance(exc, Exception):
+                    raise
+                if broken and not write and not expired and attempt == 0:
+                    continue
+                raise translate(
+                    exc,
+                    operation=operation,
+                    where=self.where,
+                    sent=write,
+                    table=self._table,
+                    timed_out=expired,
+                ) from exc
+            done.set()
+            # Past the deadline a cancel request may be on its way: never reuse the connection.
+            source.put(conn, token, self._deadlines.finish(call))
+            return rows
+        raise LeaseDatabaseError(f"{operation}: no usable connection", operation=operation)

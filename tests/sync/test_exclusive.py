@@ -1,0 +1,196 @@
+"""Exclusive scheduled jobs (`sql_lease.exclusive`) with the sync and the async providers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sql_lease import LeaseError, SqlLeaseProvider, exclusive
+from sql_lease.sync import SqlLeaseProvider as SyncProvider
+
+from ._events import eventually
+from ._workers import crashing_holder, tick_runner
+
+#: Ticks of the 8-process test; CI runs 10, SQL_LEASE_EXCLUSIVE_TICKS=100 for the full bar.
+TICKS = int(os.environ.get("SQL_LEASE_EXCLUSIVE_TICKS", "10"))
+
+
+def test_a_decorated_job_runs_where_the_lease_is_free_and_is_skipped_elsewhere(
+    sync_provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls: list[int] = []
+
+    @exclusive(sync_provider, "job", at_most_for=30)
+    def job(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    assert job(21) == 42 and calls == [21]
+    assert sync_provider.get_lease_owner("job") is None  # released: at_least_for is 0
+    sync_provider.acquire_lease("job", "another-replica", 30_000)
+    with caplog.at_level(logging.INFO, logger="sql_lease.exclusive"):
+        assert job(1) is None
+    assert calls == [21]
+    assert "skipped 'job'" in caplog.text and "another-replica" in caplog.text
+
+
+def test_at_most_for_is_the_ttl_and_at_least_for_keeps_the_lease_after_a_fast_run(
+    sync_provider: Any,
+) -> None:
+    with exclusive(sync_provider, "job", at_most_for=timedelta(minutes=10), at_least_for=20) as r:
+        assert r and r.acquired
+        lease = sync_provider.get_lease("job")
+        ttl = lease.expires_at - lease.acquired_at  # two clock readings in one statement
+        assert abs(ttl - timedelta(minutes=10)) < timedelta(seconds=1)
+    kept = sync_provider.get_lease("job")
+    assert kept is not None and kept.owner == f"{r.owner}:at-least"
+    # Kept until about at_least_for after it was taken (measured from before the request).
+    kept_for = kept.expires_at - lease.acquired_at
+    assert timedelta(seconds=15) < kept_for <= timedelta(seconds=20.5), kept_for
+    with exclusive(sync_provider, "job", at_most_for=60) as again:
+        assert not again and again.holder == kept.owner
+
+
+def test_a_long_job_renews_while_it_runs(sync_provider: Any) -> None:
+    with exclusive(sync_provider, "job", at_most_for=0.6) as run:
+        assert run
+        eventually(lambda: run.lease.renewals >= 3, "three renewals")  # past its 0.6 s TTL
+        assert sync_provider.get_lease_owner("job") == run.owner
+    assert sync_provider.get_lease_owner("job") is None
+
+
+def test_an_error_in_the_job_propagates_and_releases(sync_provider: Any) -> None:
+    @exclusive(sync_provider, "job", at_most_for=30)
+    def job() -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        job()
+    assert sync_provider.get_lease_owner("job") is None
+
+
+async def test_async_functions_with_the_sync_provider(sync_provider: Any) -> None:
+    @exclusive(sync_provider, "job", at_most_for=30)
+    async def job() -> str:
+        await asyncio.sleep(0)
+        return sync_provider.get_lease_owner("job")
+
+    owner = await job()
+    assert owner is not None and owner.count(":") >= 2  # host:pid:random
+    async with exclusive(sync_provider, "job", at_most_for=30) as run:
+        assert run
+
+
+async def test_sync_and_async_functions_with_the_async_provider(
+    sql_provider: SqlLeaseProvider,
+) -> None:
+    @exclusive(sql_provider, "job", at_most_for=30, at_least_for=5)
+    async def job() -> str:
+        return "ran"
+
+    @exclusive(sql_provider, "job2", at_most_for=30)
+    def blocking() -> str:
+        return "ran in a thread"
+
+    assert await job() == "ran"
+    assert await job() is None  # at_least_for keeps it
+    assert await blocking() == "ran in a thread"  # type: ignore[misc]
+    with pytest.raises(TypeError), exclusive(sql_provider, "job3", at_most_for=30):
+        pass
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc"),
+    [
+        ({"at_most_for": 0}, ValueError),
+        ({"at_most_for": -1}, ValueError),
+        ({"at_most_for": True}, TypeError),
+        ({"at_most_for": "10m"}, TypeError),
+        ({"at_most_for": float("nan")}, ValueError),
+        ({"at_most_for": 10, "at_least_for": 11}, ValueError),
+        ({"at_most_for": 10, "at_least_for": -1}, ValueError),
+        ({"at_most_for": timedelta(days=366)}, ValueError),
+        ({"at_most_for": 10, "owner": ""}, ValueError),
+    ],
+)
+def test_bad_arguments_are_refused_at_once(kwargs: dict[str, Any], exc: type[Exception]) -> None:
+    from sql_lease.sync import InMemoryLeaseProvider
+
+    with pytest.raises(exc) as info:
+        exclusive(InMemoryLeaseProvider(), "job", **kwargs)
+    assert isinstance(info.value, LeaseError)
+    with pytest.raises(TypeError):
+        exclusive(object(), "job", at_most_for=10)
+    with pytest.raises(ValueError, match="name must not be empty"):
+        exclusive(InMemoryLeaseProvider(), "", at_most_for=10)
+
+
+def test_eight_processes_firing_each_tick_run_it_exactly_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    name = f"tick-job-{os.getpid()}-{time.monotonic_ns()}"
+    interval, at_least = 1.0, 0.5  # at_least_for covers the spread of one tick's firings
+    runs_dir, sync_dir = tmp_path / "runs", tmp_path / "sync"
+    runs_dir.mkdir()
+    sync_dir.mkdir()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(8) as pool:
+        args = (database_url, name, TICKS, interval, at_least, str(runs_dir), str(sync_dir))
+        results = [pool.apply_async(tick_runner, args) for _ in range(8)]
+        # Every scheduler up and connected before the first tick (like replicas in service).
+        eventually(lambda: len(list(sync_dir.glob("ready-*"))) == 8, "8 schedulers ready", 90)
+        (sync_dir / "go.tmp").write_text(str(time.time() + 0.5))
+        (sync_dir / "go.tmp").rename(sync_dir / "go")
+        ran = [r.get(timeout=60 + TICKS * interval) for r in results]
+    runs: dict[str, int] = {}
+    for path in runs_dir.iterdir():
+        tick = path.name.split("-")[0]
+        runs[tick] = runs.get(tick, 0) + 1
+    assert sum(ran) == TICKS, ran
+    assert sorted(runs) == [f"tick{i:04d}" for i in range(TICKS)]
+    assert set(runs.values()) == {1}, runs
+
+
+def test_a_holder_killed_with_sigkill_blocks_the_job_for_at_most_at_most_for(
+    database_url: str, tmp_path: Path
+) -> None:
+    name = f"crash-job-{os.getpid()}"
+    at_most = 2.0
+    ready = tmp_path / "ready"
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=crashing_holder, args=(database_url, name, at_most, str(ready)))
+    proc.start()
+    try:
+        eventually(ready.exists, "the holder running the job", within=60)
+        with SyncProvider.from_url(database_url) as provider:
+            assert provider.get_lease_owner(name) is not None
+            assert proc.pid is not None
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(30)
+            killed_at = provider.now()
+            runs: list[Any] = []
+
+            @exclusive(provider, name, at_most_for=30)
+            def job() -> None:
+                runs.append(provider.get_lease(name))
+
+            while not runs:
+                job()
+                time.sleep(0.05)
+            taken = runs[0].acquired_at
+            # Blocked while the dead holder's lease lived, and no longer than at_most_for.
+            assert taken - killed_at <= timedelta(seconds=at_most + 1.0), taken - killed_at
+            assert taken - killed_at > timedelta(0)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
