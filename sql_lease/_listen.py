@@ -23,7 +23,7 @@ import asyncpg
 from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
-    from ._wait import Hub
+    from .capabilities import WakeupSink
 
 __all__ = ["HEALTH_S", "LINGER_S", "Listener"]
 
@@ -36,13 +36,13 @@ _CLOSE_S = 2.0  # bound on closing the connection gracefully
 
 
 class Listener:
-    """LISTEN on one provider's channel for the waiters of its `Hub`.
+    """LISTEN on one provider's channel for the waiters of its `Hub` (a `WakeupSource`).
 
     ``generation`` counts successful connections; ``connected`` tells whether one is up;
     ``notifications`` counts what arrived.
     """
 
-    def __init__(self, provider: Any, hub: Hub) -> None:
+    def __init__(self, provider: Any, hub: WakeupSink) -> None:
         self._provider = weakref.ref(provider)
         self._hub = hub
         self._channel: str = provider._sql.channel

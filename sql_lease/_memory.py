@@ -23,13 +23,14 @@ from ._validate import (
     check_ttl,
 )
 from ._wait import notify_local
+from .capabilities import Renewal, WakeupSink
 from .errors import LeaseClosedError
 from .observer import LeaseObserver, check_observer, timed_operation
 
 __all__ = ["InMemoryLeaseProvider"]
 
 #: Methods an observer sees, by the operation they report (`renew_leases` goes through
-#: `_renew_many`, so a batch is reported once).
+#: `renew_many`, so a batch is reported once).
 _OBSERVED = {
     "acquire_lease": "acquire_lease",
     "get_lease_owner": "get_lease_owner",
@@ -37,7 +38,7 @@ _OBSERVED = {
     "release_lease": "release_lease",
     "renew_lease": "renew_lease",
     "transfer_lease": "transfer_lease",
-    "_renew_many": "renew_leases",
+    "renew_many": "renew_leases",
     "force_release": "force_release",
     "list_leases": "list_leases",
     "purge_expired": "purge_expired",
@@ -221,7 +222,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
-        return [r is not None for r in await self._renew_many(items, ttl_ms)]
+        return [r is not None for r in await self.renew_many(items, ttl_ms)]
 
     async def force_release(self, key: str) -> bool:
         """End the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -290,27 +291,31 @@ class InMemoryLeaseProvider(LeaseLifecycle):
 
     # -- what held leases need (sql_lease._hold, _renewer) --------------------------------
 
+    def wakeup_source(self, sink: WakeupSink) -> None:
+        """None: this provider wakes its waiters itself on release, transfer and force-release."""
+        return
+
     async def now(self) -> datetime:
         """This provider's clock as an aware datetime (the clock that judges expiry)."""
         self._check_open("now")
         with self._lock:
             return self._wall(self._clock())
 
-    async def _renew_many(
+    async def renew_many(
         self, items: Iterable[tuple[str, str]], ttl_ms: Millis
-    ) -> list[tuple[int, datetime] | None]:
+    ) -> list[Renewal | None]:
         """Renew many leases; per item (fence, new expiry), or None when it was not held."""
         pairs = [(k.decode(), o.decode()) for k, o in check_items(items)]
         ttl_ms = check_ttl(ttl_ms)
         self._check_open("renew_leases")
         with self._lock:
             now = self._clock()
-            out: list[tuple[int, datetime] | None] = []
+            out: list[Renewal | None] = []
             for key, owner in pairs:
                 entry = self._live(key, now)
                 if entry is None or entry.owner != owner:
                     out.append(None)
                     continue
                 entry.expires = now + ttl_ms / 1000
-                out.append((entry.fence, self._wall(entry.expires)))
+                out.append(Renewal(entry.fence, self._wall(entry.expires)))
             return out

@@ -47,7 +47,7 @@ def close_for(provider: Any, reason: str) -> None:
 async def renew_batch(provider: Any, pairs: Sequence[tuple[str, str]], ttl: int) -> list[Outcome]:
     """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
     many: Callable[..., Awaitable[list[tuple[int, datetime] | None]]] | None = getattr(
-        provider, "_renew_many", None
+        provider, "renew_many", None
     )
     if many is not None:
         return [(r is not None, None if r is None else r[1]) for r in await many(pairs, ttl)]

@@ -22,6 +22,7 @@ from ._dberrors import is_connection_failure, translate
 from ._deadlines import Deadlines
 from ._guard import guard
 from ._hold import LeaseLifecycle
+from ._listen import Listener
 from ._sqlite import build_sqlite_statements, sqlite_connect_args
 from ._statements import Statements, build_statements
 from ._urls import build_engine, normalize_url, redact
@@ -36,6 +37,7 @@ from ._validate import (
     check_ttl,
 )
 from ._wait import close_listener
+from .capabilities import Holder, Renewal, WakeupSink, WakeupSource
 from .errors import (
     LeaseClosedError,
     LeaseDatabaseError,
@@ -509,11 +511,12 @@ class SqlLeaseProvider(LeaseLifecycle):
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""
-        return [r is not None for r in await self._renew_many(items, ttl_ms)]
+        return [r is not None for r in await self.renew_many(items, ttl_ms)]
 
-    async def _renew_many(
+    async def renew_many(
         self, items: Iterable[tuple[str, str]], ttl_ms: Millis
-    ) -> list[tuple[int, datetime] | None]:
+    ) -> list[Renewal | None]:
+        """Renew many ``(key, owner)`` leases; per item its `Renewal`, or None when not held."""
         pairs = check_items(items)
         ttl = check_ttl(ttl_ms)
         if not pairs:
@@ -522,14 +525,14 @@ class SqlLeaseProvider(LeaseLifecycle):
             return []
         # Duplicates would match one row twice; send each pair once and fan the answer out.
         unique = list(dict.fromkeys(pairs))
-        renewed: dict[tuple[bytes, bytes], tuple[int, datetime]] = {}
+        renewed: dict[tuple[bytes, bytes], Renewal] = {}
         step = self._sql.max_batch
         for start in range(0, len(unique), step):
             chunk = unique[start : start + step]
             sql = self._sql.renew_many(len(chunk))
             args = self._sql.renew_many_args(chunk, ttl)
             for key, owner, fence, expires in await self._run("renew_leases", True, sql, args):
-                renewed[(key, owner)] = (fence, expires)
+                renewed[(key, owner)] = Renewal(fence, expires)
         return [renewed.get(pair) for pair in pairs]
 
     async def force_release(self, key: str) -> bool:
@@ -582,14 +585,18 @@ class SqlLeaseProvider(LeaseLifecycle):
                 break
         return total
 
-    async def _want(self, key: str, wait_ms: Millis) -> tuple[str, int, datetime] | None:
+    async def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
         """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
         k = check_name("key", key)
         wait = check_ttl(wait_ms)
         rows = await self._run("want", True, self._sql.want, (k, wait))
         if not rows:
             return None
-        return rows[0][0].decode(), rows[0][1], rows[0][2]
+        return Holder(rows[0][0].decode(), rows[0][1], rows[0][2])
+
+    def wakeup_source(self, sink: WakeupSink) -> WakeupSource | None:
+        """A LISTEN connection feeding ``sink`` (PostgreSQL); None on SQLite (waiters poll)."""
+        return None if self._sqlite else Listener(self, sink)
 
     async def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""

@@ -1,6 +1,6 @@
 """Waiting for a busy key without busy polling (``provider.wait_for_lease(...)``).
 
-A waiter tries to acquire; if the key is taken it marks the key wanted (``provider._want``,
+A waiter tries to acquire; if the key is taken it marks the key wanted (``provider.mark_wanted``,
 so the holder's release, transfer or force-release sends a notification), makes sure this
 process listens, tries again (closing the race with a release in between) and sleeps until
 notified, until the holder's known expiry (plus jitter), or until its timeout, then retries.
@@ -215,7 +215,7 @@ async def wait_for(
         return result, started
     hub = hub_for(provider)
     waiter = Waiter(key, loop)
-    want = getattr(provider, "_want", None)
+    want = getattr(provider, "mark_wanted", None)
     observer = observer_of(provider)
     try:
         while True:

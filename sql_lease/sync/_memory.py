@@ -16,6 +16,7 @@ from typing import Any, Self, TypeVar
 from .._contract import AcquireResult, Lease
 from .._memory import InMemoryLeaseProvider as _AsyncMemory
 from .._validate import Millis
+from ..capabilities import Renewal
 from ..errors import LeaseClosedError
 from ._lifecycle import SyncLifecycle
 
@@ -82,19 +83,9 @@ class InMemoryLeaseProvider(SyncLifecycle):
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
         return self._call("renew_leases", self._inner.renew_leases(items, ttl_ms))
 
-    def renew_many(
-        self, items: Iterable[tuple[str, str]], ttl_ms: Millis
-    ) -> list[tuple[int, datetime] | None]:
-        """`renew_leases` returning (fence, new expiry) per renewed item, None per lost one."""
-        pairs = list(items) if not isinstance(items, str | bytes) else items
-        out: list[tuple[int, datetime] | None] = []
-        for (key, owner), ok in zip(pairs, self.renew_leases(pairs, ttl_ms), strict=True):
-            lease = self.get_lease(key) if ok else None
-            # Read back (memory is local and cheap); a change in between reads as not held.
-            out.append(
-                None if lease is None or lease.owner != owner else (lease.fence, lease.expires_at)
-            )
-        return out
+    def renew_many(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[Renewal | None]:
+        """`renew_leases` returning the `Renewal` per renewed item, None per lost one."""
+        return self._call("renew_leases", self._inner.renew_many(items, ttl_ms))
 
     def force_release(self, key: str) -> bool:
         """End the live lease of ``key`` whoever holds it; logged at WARNING."""

@@ -307,11 +307,11 @@ def count_renewal_statements(provider: Any) -> list[int]:
 
         provider._fetch = counting_fetch
     else:
-        many = provider._renew_many
+        many = provider.renew_many
 
         async def counting_many(*args: Any) -> Any:
             calls[0] += 1
             return await many(*args)
 
-        provider._renew_many = counting_many
+        provider.renew_many = counting_many
     return calls
