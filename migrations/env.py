@@ -4,25 +4,33 @@ Settings, first found wins: ``config.attributes`` (the `sql_lease.migrate` facad
 arguments (``url``, ``table``, ``schema``), the environment (``SQL_LEASE_DATABASE_URL``,
 ``SQL_LEASE_TABLE``, ``SQL_LEASE_SCHEMA``). A facade may hand over an open connection in
 ``config.attributes["connection"]``.
+
+Run by the ``alembic`` command (an ini file), it logs as that file says and reports failures
+as one line (Alembic's ``FAILED: ...``); the facade configures no logging.
 """
 
 from __future__ import annotations
 
-import asyncio
+from logging.config import fileConfig
 from typing import Any
 
 from alembic import context
 from alembic.runtime.migration import MigrationInfo
+from alembic.util import CommandError
 from sqlalchemy import MetaData
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
-from sql_lease.migrate import MigrationNames, resolve_settings
+from sql_lease.errors import LeaseError
+from sql_lease.migrate import MigrationNames, resolve_settings, run_env_online
 from sql_lease.schema import lease_table
 
 config = context.config
-settings = resolve_settings(config)
+if config.config_file_name is not None and "sql_lease_names" not in config.attributes:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+try:
+    settings = resolve_settings(config)
+except LeaseError as exc:
+    raise CommandError(str(exc)) from None
 names: MigrationNames = settings.names
 config.attributes["sql_lease_names"] = names
 
@@ -81,22 +89,12 @@ def _run_on(connection: Connection) -> None:
     _run()
 
 
-async def _run_online_async() -> None:
-    engine = create_async_engine(settings.url, poolclass=NullPool)
-    try:
-        async with engine.connect() as connection:
-            await connection.run_sync(_run_on)
-            await connection.commit()
-    finally:
-        await engine.dispose()
-
-
 def run_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        _run_on(connection)
+        _run_on(connection)  # the facade's, in the facade's transaction
     else:
-        asyncio.run(_run_online_async())
+        run_env_online(config, settings.url, _run_on)
 
 
 if context.is_offline_mode():

@@ -5,26 +5,42 @@ writers on the database file, so a write statement judges its row under the file
 ``now`` is SQLite's clock (this machine's), constant within a statement. Fences come from a
 one-row counter table that triggers advance whenever a lease row gets a new fence. Times are
 stored as UTC text (``YYYY-MM-DD HH:MM:SS.SSS``), which sorts like the instants it names.
+
+The file runs in WAL mode, set once by the migrations (`ensure_wal`). A connection's own setup
+takes no exclusive lock: it reads the journal mode and switches the file only if it is still
+in rollback mode (a file an older version created), retrying while other processes use it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import sqlite3
 import weakref
 from datetime import UTC, datetime
 from functools import lru_cache
+from pathlib import Path
+from threading import Thread
+from time import monotonic
 from typing import Any, Final
 
+import aiosqlite
 import asyncpg
 
 from ._statements import Statements
 from ._validate import check_identifier
+from .errors import LeaseSchemaError
 from .schema import notify_channel
 
 __all__ = [
+    "MissingDatabaseFile",
     "SqliteDriver",
     "build_sqlite_statements",
     "counter_table_name",
+    "ensure_wal",
+    "is_busy",
+    "open_existing",
+    "sqlite_connect_args",
     "sqlite_ddl",
 ]
 
@@ -157,19 +173,29 @@ def _parse(value: object) -> object:
 
 _prepared: weakref.WeakSet[Any] = weakref.WeakSet()
 
+_WAL_RETRY_FIRST: Final = 0.002  # seconds before the first retry of a busy switch to WAL
+_WAL_RETRY_MAX: Final = 0.05  # longest pause between two tries
+
+
+def _sets_journal_mode(pragma: str) -> bool:
+    return pragma.replace(" ", "").lower().startswith("pragmajournal_mode=")
+
 
 class SqliteDriver:
     """Gives an aiosqlite connection the small part of asyncpg's interface the provider uses.
 
     Times come back as datetimes (the only text SQLite returns here: keys and owners are
-    blobs). The first use of a connection sets WAL mode and the durability level.
+    blobs). The first use of a connection runs ``pragmas`` (per-connection settings: busy
+    timeout, durability), then `ensure_wal` within the busy timeout. A ``journal_mode``
+    pragma among them is not run as such: the journal mode belongs to the file, not the
+    connection, and setting it on every connection would take an exclusive lock each time.
     """
 
     __slots__ = ("_conn", "_pragmas")
 
     def __init__(self, conn: Any, pragmas: tuple[str, ...]) -> None:
         self._conn = conn
-        self._pragmas = pragmas
+        self._pragmas = tuple(p for p in pragmas if not _sets_journal_mode(p))
 
     def is_closed(self) -> bool:
         return getattr(self._conn, "_connection", True) is None
@@ -178,15 +204,104 @@ class SqliteDriver:
         if self.is_closed():  # as asyncpg does: the provider then takes another connection
             raise asyncpg.InterfaceError("connection is closed")
         if self._conn not in _prepared:
-            for pragma in self._pragmas:
-                await (await self._conn.execute(pragma)).fetchall()
-            _prepared.add(self._conn)
+            await self._prepare()
         cursor = await self._conn.execute(sql, args)
         try:
             rows = await cursor.fetchall()
         finally:
             await cursor.close()
         return [tuple(_parse(v) for v in row) for row in rows]
+
+    async def _prepare(self) -> None:
+        conn = self._conn
+        for pragma in self._pragmas:
+            await _fetch_one(conn, pragma)
+        busy_ms = await _fetch_one(conn, "PRAGMA busy_timeout")
+        await ensure_wal(conn, float(busy_ms or 0) / 1000)
+        _prepared.add(conn)
+
+
+async def _fetch_one(conn: Any, sql: str) -> Any:
+    cursor = await conn.execute(sql)
+    try:
+        row = await cursor.fetchone()
+    finally:
+        await cursor.close()
+    return None if row is None else row[0]
+
+
+async def ensure_wal(conn: Any, seconds: float) -> str:
+    """Put the database of ``conn`` (an aiosqlite connection) in WAL mode; returns the mode.
+
+    On a file already in WAL mode this is one read. The switch from rollback mode needs an
+    exclusive lock that SQLite does not wait for (the switching connection has read the file
+    first, and a reader that waits for a writer's lock could deadlock), so it fails at once
+    while any other connection uses the file: it is retried with short randomised pauses for
+    up to ``seconds``, then the busy error is raised. WAL mode is persistent: once switched,
+    the file stays in WAL for every connection. Must run outside a transaction.
+    """
+    mode = str(await _fetch_one(conn, "PRAGMA journal_mode")).lower()
+    deadline = monotonic() + seconds
+    pause = _WAL_RETRY_FIRST
+    while mode != "wal":
+        try:
+            # Another answer than "wal" means this file cannot use WAL (e.g. its file system
+            # has no shared memory): it keeps its mode, which works, only with less overlap.
+            return str(await _fetch_one(conn, "PRAGMA journal_mode = WAL")).lower()
+        except sqlite3.OperationalError as exc:
+            left = deadline - monotonic()
+            if not is_busy(exc) or left <= 0:
+                raise
+        await asyncio.sleep(min(left, random.uniform(0.5, 1.0) * pause))
+        pause = min(pause * 2, _WAL_RETRY_MAX)
+    return mode
+
+
+class MissingDatabaseFile(LeaseSchemaError):
+    """The SQLite database file does not exist: the migrations create it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"the SQLite database {path} does not exist: create it and its leases table with "
+            f"the migrations (`sql-lease migrate --url sqlite:///{path}` or "
+            "`sql_lease.migrate.upgrade(url)`)"
+        )
+        self.path = path
+
+
+def open_existing(database: str, **kwargs: Any) -> Any:
+    """``aiosqlite.connect`` for a database file that exists already: never creates one.
+
+    Raises `MissingDatabaseFile` (a `LeaseSchemaError`: run the migrations) when the file is
+    missing. A URI filename (``uri=True``) is the caller's choice and is opened as given.
+    """
+    if kwargs.get("uri"):
+        connection = aiosqlite.connect(database, **kwargs)
+    else:
+        path = Path(database).absolute()
+        if not path.is_file():
+            raise MissingDatabaseFile(str(path))
+        # mode=rw: if the file vanishes after the check, opening fails instead of creating it.
+        connection = aiosqlite.connect(f"{path.as_uri()}?mode=rw", uri=True, **kwargs)
+    # As SQLAlchemy does for its own connect: a daemon thread never holds up interpreter exit.
+    thread = connection if isinstance(connection, Thread) else getattr(connection, "_thread", None)
+    if isinstance(thread, Thread):
+        thread.daemon = True
+    return connection
+
+
+def sqlite_connect_args(connect_args: dict[str, Any], busy_seconds: float) -> dict[str, Any]:
+    """``connect_args`` for a provider's own SQLite engine (the caller's entries win).
+
+    Autocommit (every statement its own transaction, as on PostgreSQL), SQLite's busy timeout
+    of ``busy_seconds``, and `open_existing`: a provider never creates a database file.
+    """
+    return {
+        "isolation_level": None,
+        "timeout": busy_seconds,
+        "async_creator_fn": open_existing,
+        **connect_args,
+    }
 
 
 def is_busy(exc: BaseException) -> bool:

@@ -4,9 +4,16 @@
     migrate.upgrade("postgresql://user:pass@host/db")          # to head
     print(migrate.upgrade(None, sql=True))                      # the SQL, no database
     await migrate.upgrade_async(engine)                          # inside an event loop
+    migrate.check(url, timeout=2)                               # readiness: True at head
 
 The migrations record their version in ``<table>_alembic_version`` (``leases_alembic_version``
-by default), never in ``alembic_version``, so they coexist with an application's own history.
+by default), never in ``alembic_version``, so they coexist with an application's own history;
+`include_name` keeps the application's own autogenerate away from the library's tables.
+
+``timeout`` bounds a whole call, connecting included (``None``: no bound), and
+``connect_timeout`` the opening of the connection; past either, `LeaseTimeoutError` (see
+`sql_lease._migration_runner`). On SQLite, an upgrade creates the file if needed and puts it in
+WAL mode; the other calls never create a file (a missing file is at no revision).
 """
 
 from __future__ import annotations
@@ -14,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -24,16 +32,21 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import NullPool
 
-from ._dberrors import translate
-from ._urls import build_engine, normalize_url, redact
+from ._app_alembic import IncludeName, exclude_leases, include_name, lease_table_names
+from ._migration_runner import Bounds, check_target, run_on_connection
+from ._sqlite import MissingDatabaseFile
+from ._urls import normalize_url
 from ._validate import check_identifier
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, version_table_name
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_MIGRATION_TIMEOUT",
+    "DEFAULT_PROBE_TIMEOUT",
     "ENV_URL",
+    "IncludeName",
     "MigrationNames",
     "check",
     "check_async",
@@ -41,9 +54,13 @@ __all__ = [
     "current_async",
     "downgrade",
     "downgrade_async",
+    "exclude_leases",
     "head",
+    "include_name",
+    "lease_table_names",
     "make_config",
     "migration_names",
+    "run_env_online",
     "script_location",
     "upgrade",
     "upgrade_async",
@@ -53,6 +70,10 @@ ENV_URL = "SQL_LEASE_DATABASE_URL"
 ENV_TABLE = "SQL_LEASE_TABLE"
 ENV_SCHEMA = "SQL_LEASE_SCHEMA"
 _OFFLINE_URL = "postgresql+asyncpg://"
+
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
+DEFAULT_PROBE_TIMEOUT: Final = 5.0  #: seconds for `current` and `check`, end to end
+DEFAULT_MIGRATION_TIMEOUT: Final = 60.0  #: seconds for `upgrade` and `downgrade`, end to end
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,34 +174,7 @@ def head() -> str:
 
 # -- running commands ----------------------------------------------------------------------
 
-
-def _engine_for(target: str | URL | AsyncEngine) -> tuple[AsyncEngine, bool]:
-    if isinstance(target, AsyncEngine):
-        return target, False
-    return build_engine(normalize_url(target), poolclass=NullPool), True
-
-
-async def _with_connection(
-    target: str | URL | AsyncEngine, fn: Any, *args: Any, transaction: bool = True
-) -> Any:
-    engine, owned = _engine_for(target)
-    try:
-        if transaction:
-            async with engine.begin() as conn:
-                return await conn.run_sync(fn, *args)
-        async with engine.connect() as conn:
-            return await conn.run_sync(fn, *args)
-    except LeaseError:
-        raise
-    except Exception as exc:
-        if getattr(exc, "__module__", "").startswith("alembic"):
-            raise
-        raise translate(
-            exc, operation="migrate", where=redact(engine.url), sent=True, table="(migrations)"
-        ) from exc
-    finally:
-        if owned:
-            await engine.dispose()
+T = TypeVar("T")
 
 
 def _command(
@@ -200,15 +194,43 @@ def _current(conn: Connection, table_name: str, schema: str | None) -> str | Non
     return heads[0] if heads else None
 
 
+def _prepare(operation: str, target: object, table_name: str, schema: str | None) -> None:
+    """Every argument checked before any I/O."""
+    check_target(target, operation)
+    MigrationNames(table_name, schema)
+    if not isinstance(target, str | URL):
+        return
+    if normalize_url(target).drivername == "sqlite+aiosqlite" and schema is not None:
+        raise LeaseValueError("SQLite has no schemas: leave schema=None")
+
+
 async def upgrade_async(
     target: str | URL | AsyncEngine,
     revision: str = "head",
     *,
     table_name: str = DEFAULT_TABLE,
     schema: str | None = None,
+    timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,  # noqa: ASYNC109
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> None:
-    """Upgrade the leases schema of ``target`` (a URL or an `AsyncEngine`) to ``revision``."""
-    await _with_connection(target, _command, "upgrade", revision, table_name, schema)
+    """Upgrade the leases schema of ``target`` (a URL or an `AsyncEngine`) to ``revision``.
+
+    Idempotent, one transaction. A SQLite file is created if missing and put in WAL mode.
+    """
+    bounds = Bounds.of(timeout, connect_timeout)
+    _prepare("upgrade", target, table_name, schema)
+    await run_on_connection(
+        target,
+        _command,
+        "upgrade",
+        revision,
+        table_name,
+        schema,
+        operation="upgrade",
+        bounds=bounds,
+        write=True,
+        wal=True,
+    )
 
 
 async def downgrade_async(
@@ -217,26 +239,84 @@ async def downgrade_async(
     *,
     table_name: str = DEFAULT_TABLE,
     schema: str | None = None,
+    timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,  # noqa: ASYNC109
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> None:
-    """Downgrade to ``revision``; ``base`` drops the table, sequence and version table."""
-    await _with_connection(target, _command, "downgrade", revision, table_name, schema)
+    """Downgrade to ``revision``; ``base`` drops the table, sequence and version table.
+
+    A SQLite file that does not exist is left alone (there is nothing to downgrade).
+    """
+    bounds = Bounds.of(timeout, connect_timeout)
+    _prepare("downgrade", target, table_name, schema)
+    try:
+        await run_on_connection(
+            target,
+            _command,
+            "downgrade",
+            revision,
+            table_name,
+            schema,
+            operation="downgrade",
+            bounds=bounds,
+            write=True,
+        )
+    except MissingDatabaseFile:
+        return
 
 
-async def current_async(
-    target: str | URL | AsyncEngine, *, table_name: str = DEFAULT_TABLE, schema: str | None = None
+async def _current_async(
+    operation: str,
+    target: str | URL | AsyncEngine,
+    table_name: str,
+    schema: str | None,
+    bounds: Bounds,
 ) -> str | None:
-    """The revision the database is at, or None when the migrations were never applied."""
-    result: str | None = await _with_connection(
-        target, _current, table_name, schema, transaction=False
-    )
+    _prepare(operation, target, table_name, schema)
+    try:
+        result: str | None = await run_on_connection(
+            target, _current, table_name, schema, operation=operation, bounds=bounds, write=False
+        )
+    except MissingDatabaseFile:
+        return None
     return result
 
 
+async def current_async(
+    target: str | URL | AsyncEngine,
+    *,
+    table_name: str = DEFAULT_TABLE,
+    schema: str | None = None,
+    timeout: float | None = DEFAULT_PROBE_TIMEOUT,  # noqa: ASYNC109
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> str | None:
+    """The revision the database is at, or None when the migrations were never applied."""
+    bounds = Bounds.of(timeout, connect_timeout)
+    return await _current_async("current", target, table_name, schema, bounds)
+
+
 async def check_async(
-    target: str | URL | AsyncEngine, *, table_name: str = DEFAULT_TABLE, schema: str | None = None
+    target: str | URL | AsyncEngine,
+    *,
+    table_name: str = DEFAULT_TABLE,
+    schema: str | None = None,
+    timeout: float | None = DEFAULT_PROBE_TIMEOUT,  # noqa: ASYNC109
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> bool:
     """True when the database is at the head revision this library ships."""
-    return await current_async(target, table_name=table_name, schema=schema) == head()
+    bounds = Bounds.of(timeout, connect_timeout)
+    return await _current_async("check", target, table_name, schema, bounds) == head()
+
+
+def _run(name: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(make())``, refused with a pointer to the async form inside a running loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    raise LeaseError(
+        f"migrate.{name}() cannot run inside a running event loop: "
+        f"use `await migrate.{name}_async(...)`"
+    )
 
 
 def upgrade(
@@ -246,6 +326,8 @@ def upgrade(
     table_name: str = DEFAULT_TABLE,
     schema: str | None = None,
     sql: bool = False,
+    timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> str | None:
     """Upgrade to ``revision``. With ``sql=True`` return the SQL instead (no database used)."""
     if sql:
@@ -255,7 +337,17 @@ def upgrade(
         return buffer.getvalue()
     if url is None:
         raise LeaseValueError("upgrade needs a database URL unless sql=True")
-    asyncio.run(upgrade_async(url, revision, table_name=table_name, schema=schema))
+    _run(
+        "upgrade",
+        lambda: upgrade_async(
+            url,
+            revision,
+            table_name=table_name,
+            schema=schema,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        ),
+    )
     return None
 
 
@@ -266,6 +358,8 @@ def downgrade(
     table_name: str = DEFAULT_TABLE,
     schema: str | None = None,
     sql: bool = False,
+    timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> str | None:
     """Downgrade to ``revision``. With ``sql=True`` return the SQL (offline needs ``FROM:TO``)."""
     if sql:
@@ -275,19 +369,89 @@ def downgrade(
         return buffer.getvalue()
     if url is None:
         raise LeaseValueError("downgrade needs a database URL unless sql=True")
-    asyncio.run(downgrade_async(url, revision, table_name=table_name, schema=schema))
+    _run(
+        "downgrade",
+        lambda: downgrade_async(
+            url,
+            revision,
+            table_name=table_name,
+            schema=schema,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        ),
+    )
     return None
 
 
 def current(
-    url: str | URL, *, table_name: str = DEFAULT_TABLE, schema: str | None = None
+    url: str | URL,
+    *,
+    table_name: str = DEFAULT_TABLE,
+    schema: str | None = None,
+    timeout: float | None = DEFAULT_PROBE_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> str | None:
     """The revision the database is at, or None."""
-    result: str | None = asyncio.run(current_async(url, table_name=table_name, schema=schema))
-    return result
+    return _run(
+        "current",
+        lambda: current_async(
+            url,
+            table_name=table_name,
+            schema=schema,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        ),
+    )
 
 
-def check(url: str | URL, *, table_name: str = DEFAULT_TABLE, schema: str | None = None) -> bool:
+def check(
+    url: str | URL,
+    *,
+    table_name: str = DEFAULT_TABLE,
+    schema: str | None = None,
+    timeout: float | None = DEFAULT_PROBE_TIMEOUT,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> bool:
     """True when the database is at head (a readiness check for deploy pipelines)."""
-    result: bool = asyncio.run(check_async(url, table_name=table_name, schema=schema))
-    return result
+    return _run(
+        "check",
+        lambda: check_async(
+            url,
+            table_name=table_name,
+            schema=schema,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+        ),
+    )
+
+
+# -- the alembic command line (migrations/env.py) ------------------------------------------
+
+_READ_ONLY_COMMANDS = frozenset({"current", "check"})
+
+
+def run_env_online(cfg: Config, url: str, run: Callable[[Connection], None]) -> None:
+    """For ``migrations/env.py`` run by ``alembic``: ``run(connection)`` with the facade's
+    bounds and SQLite handling (see `upgrade_async`); failures raise Alembic's
+    `CommandError`, which the ``alembic`` command prints as one line."""
+    from alembic.util import CommandError
+
+    cmd = getattr(cfg.cmd_opts, "cmd", None)
+    name = getattr(cmd[0], "__name__", "") if isinstance(cmd, tuple) and cmd else ""
+    write = name not in _READ_ONLY_COMMANDS
+    bounds = Bounds.of(None, DEFAULT_CONNECT_TIMEOUT)
+    try:
+        asyncio.run(
+            run_on_connection(
+                url,
+                run,
+                operation=name or "migrate",
+                bounds=bounds,
+                write=write,
+                wal=name == "upgrade",
+            )
+        )
+    except MissingDatabaseFile:
+        return  # only an upgrade creates a file: nothing to show or downgrade
+    except LeaseError as exc:
+        raise CommandError(str(exc)) from exc

@@ -146,7 +146,8 @@ def _stream(
     deadline_s: float,
     json_mode: bool,
 ) -> float:
-    """Send the signals, follow progress until all are processed; returns the elapsed seconds."""
+    """Send the signals, follow progress until all are processed, stop the workers; returns
+    the seconds until the last signal was processed (or the deadline)."""
     report = cluster.report
     started = time.monotonic()
     give_up = started + deadline_s
@@ -170,8 +171,12 @@ def _stream(
         while len(cluster.done) < signals and time.monotonic() < give_up:
             cluster.poll(0.05)
             refresh()
+        elapsed = time.monotonic() - started
+        # The last runs end and report while the workers stop: the bar shows them too, so it
+        # ends on the numbers of the summary table.
+        cluster.stop()
         refresh()
-    return time.monotonic() - started
+    return elapsed
 
 
 @click.command("demo")
@@ -255,7 +260,6 @@ def demo_cmd(
         elapsed = _stream(
             cluster, random.Random(seed), threads, signals, interval, deadline / 1000, as_json
         )
-        cluster.stop()
     report = cluster.report
     report.threads, report.sent, report.elapsed = threads, signals, elapsed
     verdict = judge(signals, report.runs, report.processed)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import click
+from alembic.script import ScriptDirectory
 
 from .. import migrate
 from ._errors import CliError, ExitCode
@@ -24,12 +26,55 @@ def _offline_url(settings: Settings) -> str | None:
     return settings.target.url if settings.target.note is None else None
 
 
+def _where(settings: Settings) -> dict[str, Any]:
+    """Table, schema and bounds for `migrate`: ``--timeout`` bounds each call end to end."""
+    seconds = settings.timeout_ms / 1000
+    return {
+        "table_name": settings.table,
+        "schema": settings.schema,
+        "timeout": seconds,
+        "connect_timeout": seconds,
+    }
+
+
 def _current(settings: Settings) -> str | None:
-    return asyncio.run(
-        migrate.current_async(
-            settings.target.url, table_name=settings.table, schema=settings.schema
+    return asyncio.run(migrate.current_async(settings.target.url, **_where(settings)))
+
+
+def _at_head(settings: Settings) -> tuple[str | None, str]:
+    """(current, head) for ``check``, whose failures are labelled ``check``: one call when
+    the schema is at head, a second one to name the revision when it is not."""
+
+    async def run() -> str | None:
+        if await migrate.check_async(settings.target.url, **_where(settings)):
+            return migrate.head()
+        return await migrate.current_async(settings.target.url, **_where(settings))
+
+    return asyncio.run(run()), migrate.head()
+
+
+def downgrade_effect(revision: str) -> str:
+    """What downgrading to ``revision`` removes, in words (no database needed)."""
+    if revision == "base":
+        return (
+            "downgrade to base drops the leases table with every lease in it, its fence "
+            "sequence and its version table"
         )
-    )
+    if revision.startswith("-") and revision[1:].isdigit():  # relative: depends on the database
+        return (
+            f"downgrade {revision} undoes the last {revision[1:]} applied revision(s) "
+            "(see `sql-lease current`)"
+        )
+    scripts = ScriptDirectory.from_config(migrate.make_config())
+    target = scripts.get_revision(revision)  # an unknown revision: a usage error, before I/O
+    undone = [
+        f"{script.revision} ({(script.doc or '').strip().rstrip('.')})"
+        for script in scripts.iterate_revisions("heads", revision)
+        if target is None or script.revision != target.revision
+    ]
+    if not undone:
+        return f"downgrade to {revision} removes nothing this version ships"
+    return f"downgrade to {revision} undoes {', '.join(undone)} where applied"
 
 
 @click.command("migrate")
@@ -51,12 +96,8 @@ def migrate_cmd(settings: Settings, revision: str, sql: bool) -> int:
     announce(settings)
 
     async def run() -> str | None:
-        await migrate.upgrade_async(
-            settings.target.url, revision, table_name=settings.table, schema=settings.schema
-        )
-        return await migrate.current_async(
-            settings.target.url, table_name=settings.table, schema=settings.schema
-        )
+        await migrate.upgrade_async(settings.target.url, revision, **_where(settings))
+        return await migrate.current_async(settings.target.url, **_where(settings))
 
     now_at = asyncio.run(run())
     head = migrate.head()
@@ -70,7 +111,7 @@ def migrate_cmd(settings: Settings, revision: str, sql: bool) -> int:
 
 @click.command("downgrade")
 @click.option("--to", "revision", default="base", show_default=True, help="Target revision.")
-@click.option("--yes", is_flag=True, help="Confirm: downgrading to base drops every lease.")
+@click.option("--yes", is_flag=True, help="Confirm the downgrade (to base it drops every lease).")
 @_SQL
 @database_options
 def downgrade_cmd(settings: Settings, revision: str, yes: bool, sql: bool) -> int:
@@ -87,16 +128,9 @@ def downgrade_cmd(settings: Settings, revision: str, yes: bool, sql: bool) -> in
         click.echo(text or "", nl=False)
         return ExitCode.OK
     if not yes:
-        raise CliError(
-            "downgrade removes lease tables and the leases in them: pass --yes to confirm",
-            ExitCode.USAGE,
-        )
+        raise CliError(f"{downgrade_effect(revision)}: pass --yes to confirm", ExitCode.USAGE)
     announce(settings)
-    asyncio.run(
-        migrate.downgrade_async(
-            settings.target.url, revision, table_name=settings.table, schema=settings.schema
-        )
-    )
+    asyncio.run(migrate.downgrade_async(settings.target.url, revision, **_where(settings)))
     now_at = _current(settings)
     if settings.as_json:
         emit_json({"current": now_at, "head": migrate.head()})
@@ -123,7 +157,7 @@ def current_cmd(settings: Settings) -> int:
 def check_cmd(settings: Settings) -> int:
     """Exit 0 when the schema is at head, 4 when it is behind or missing (readiness check)."""
     announce(settings)
-    now_at, head = _current(settings), migrate.head()
+    now_at, head = _at_head(settings)
     if settings.as_json:
         emit_json({"current": now_at, "head": head, "at_head": now_at == head})
     elif now_at == head:

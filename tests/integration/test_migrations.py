@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import subprocess
 import sys
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sql_lease import SqlLeaseProvider, lease_table, migrate
+from sql_lease import LeaseError, LeaseTypeError, SqlLeaseProvider, lease_table, migrate
 from sql_lease._urls import normalize_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,3 +276,76 @@ def test_sqlite_offline_sql_has_the_counter_and_triggers() -> None:
     assert 'CREATE TABLE "leases_fence_seq"' in out
     assert 'CREATE TRIGGER "leases_fence_ins"' in out
     assert "CREATE SEQUENCE" not in out
+
+
+def test_alembic_cli_logs_what_it_runs(tmp_path: Path) -> None:
+    done = alembic("upgrade", "head", url=f"sqlite:///{tmp_path / 'leases.db'}")
+    assert done.returncode == 0, done.stderr
+    assert "INFO  [alembic.runtime.migration] Running upgrade  -> 0001" in done.stderr
+    assert "Running upgrade 0001 -> 0002" in done.stderr
+
+
+def test_alembic_cli_errors_are_one_line_without_a_traceback(tmp_path: Path) -> None:
+    missing = alembic("upgrade", "head")
+    assert missing.returncode != 0
+    assert "Traceback" not in missing.stderr + missing.stdout
+    assert missing.stdout.strip().splitlines() == [
+        f"FAILED: no database URL: set {migrate.ENV_URL} (or pass -x url=...) to run migrations"
+    ]
+    refused = alembic("upgrade", "head", url="postgresql://u:s3cret@127.0.0.1:1/db")
+    assert refused.returncode != 0
+    assert "Traceback" not in refused.stderr + refused.stdout
+    (line,) = refused.stdout.strip().splitlines()
+    assert line.startswith("FAILED: upgrade: ") and "s3cret" not in refused.stderr + line
+
+
+async def test_the_sync_forms_inside_an_event_loop_point_to_the_async_ones(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'leases.db'}"
+    for name in ("upgrade", "downgrade", "current", "check"):
+        with pytest.raises(LeaseError) as info:
+            getattr(migrate, name)(url)
+        assert f"use `await migrate.{name}_async(...)`" in str(info.value)
+    assert not (tmp_path / "leases.db").exists()
+
+
+async def test_a_sync_engine_is_refused_by_name(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'leases.db'}")
+    try:
+        with pytest.raises(LeaseTypeError) as info:
+            await migrate.upgrade_async(engine)  # type: ignore[arg-type]
+    finally:
+        engine.dispose()
+    assert "synchronous Engine" in str(info.value)
+    assert "not a valid database URL" not in str(info.value)
+    with pytest.raises(LeaseTypeError):
+        await migrate.check_async(42)  # type: ignore[arg-type]
+
+
+def test_reading_the_revision_of_a_missing_sqlite_file_does_not_create_it(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'missing.db'}"
+    assert migrate.current(url) is None
+    assert migrate.check(url) is False
+    migrate.downgrade(url)  # nothing to downgrade
+    assert list(tmp_path.iterdir()) == []
+
+
+def _upgrade_in_a_process(url: str) -> str:
+    try:
+        migrate.upgrade(url)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def test_sqlite_migrators_starting_together_run_one_after_the_other(tmp_path: Path) -> None:
+    """A read of the version table then DDL, in one transaction: BEGIN IMMEDIATE serialises."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(4, mp_context=ctx) as pool:
+        pool.submit(str).result()  # the pool's processes are up before the first round
+        for n in range(3):
+            url = f"sqlite:///{tmp_path / f'r{n}.db'}"
+            outcomes = list(pool.map(_upgrade_in_a_process, [url] * 4))
+            assert outcomes == ["ok"] * 4
+            assert migrate.check(url)

@@ -1,0 +1,188 @@
+"""Running the library's migrations on one connection, bounded in time (for `sql_lease.migrate`).
+
+``timeout`` bounds the whole call, connecting included (a client-side deadline); on PostgreSQL
+the server's ``statement_timeout`` and ``lock_timeout`` are set to 80% of it so that the server
+gives up first and the migration's transaction rolls back cleanly. ``connect_timeout`` bounds
+opening the connection. A call past a bound raises `LeaseTimeoutError`.
+
+On SQLite a migration writes in one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
+before it reads the version table (a read that later writes cannot wait for the lock, and
+would fail at once while another process writes), so concurrent migrators run one after the
+other and the second finds nothing to do; the DDL is atomic too. An upgrade first puts the
+file in WAL mode (`ensure_wal`), once, so that no connection opened later has to switch it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import NullPool
+
+from ._dberrors import translate
+from ._sqlite import ensure_wal, open_existing
+from ._urls import build_engine, normalize_url, redact
+from .errors import LeaseError, LeaseTypeError, LeaseValueError
+
+__all__ = ["Bounds", "Target", "check_seconds", "check_target", "run_on_connection"]
+
+T = TypeVar("T")
+
+SERVER_SHARE: Final = 0.8  # server-side statement/lock timeout as a share of ``timeout``
+SQLITE_BUSY_DEFAULT: Final = 5.0  # SQLite's busy timeout when the call has no ``timeout``
+MAX_SECONDS: Final = 86_400.0
+
+
+def check_seconds(what: str, value: object) -> float:
+    """``value`` as seconds: a number above 0 and at most a day."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise LeaseTypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
+    if not (0 < value <= MAX_SECONDS):
+        raise LeaseValueError(
+            f"{what} must be a number of seconds above 0 and at most {MAX_SECONDS:.0f} "
+            f"(one day), not {value!r}"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How long a migration call may take (seconds; ``timeout=None``: no overall bound)."""
+
+    timeout: float | None
+    connect_timeout: float
+
+    @classmethod
+    def of(cls, timeout: object, connect_timeout: object) -> Bounds:
+        seconds = None if timeout is None else check_seconds("timeout", timeout)
+        return cls(seconds, check_seconds("connect_timeout", connect_timeout))
+
+    @property
+    def busy_seconds(self) -> float:
+        """SQLite's busy timeout: how long to wait for another process's write lock."""
+        return SQLITE_BUSY_DEFAULT if self.timeout is None else self.timeout * SERVER_SHARE
+
+
+Target = str | URL | AsyncEngine
+
+
+def check_target(target: object, operation: str) -> None:
+    """A URL (text or `URL`) or an `AsyncEngine`; anything else is a `LeaseTypeError`."""
+    if isinstance(target, Engine):
+        raise LeaseTypeError(
+            f"migrate.{operation}_async needs an AsyncEngine or a URL, not a synchronous "
+            "Engine: pass create_async_engine(...) or the URL (or call migrate."
+            f"{operation}(url) without an event loop)"
+        )
+    if not isinstance(target, str | URL | AsyncEngine):
+        raise LeaseTypeError(
+            f"migrate.{operation}_async needs a database URL or an AsyncEngine, "
+            f"not {type(target).__name__}"
+        )
+
+
+def _engine_for(target: Target, bounds: Bounds, *, create: bool) -> tuple[AsyncEngine, bool]:
+    """The engine to use and whether this call owns it (and so disposes of it)."""
+    if isinstance(target, AsyncEngine):
+        return target, False
+    url = normalize_url(target)
+    connect_args: dict[str, Any] = {}
+    if url.drivername == "sqlite+aiosqlite":
+        # Driver-level autocommit: the transactions below are the ones we begin ourselves.
+        connect_args = {"isolation_level": None, "timeout": bounds.busy_seconds}
+        if not create:
+            connect_args["async_creator_fn"] = open_existing
+    else:
+        connect_args["timeout"] = bounds.connect_timeout
+        if bounds.timeout is not None:
+            millis = str(max(1, round(bounds.timeout * 1000 * SERVER_SHARE)))
+            connect_args["server_settings"] = {"statement_timeout": millis, "lock_timeout": millis}
+    return build_engine(url, poolclass=NullPool, connect_args=connect_args), True
+
+
+async def _within(seconds: float | None, work: Coroutine[Any, Any, T]) -> T:
+    """``await work``, or `TimeoutError` after ``seconds`` without waiting for its cleanup.
+
+    Cancelled mid-statement, SQLAlchemy closes the connection gracefully for up to 2 s more
+    (shielded); that cleanup goes on in the background so that the caller's bound holds.
+    """
+    if seconds is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), seconds)
+    except (TimeoutError, asyncio.CancelledError):
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # seen: no "exception was never retrieved" warning
+
+
+async def _driver_connection(conn: AsyncConnection) -> Any:
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection
+
+
+async def run_on_connection(
+    target: Target,
+    fn: Callable[..., Any],
+    *args: Any,
+    operation: str,
+    bounds: Bounds,
+    write: bool,
+    wal: bool = False,
+) -> Any:
+    """``fn(sync_connection, *args)`` on one connection to ``target``, within ``bounds``.
+
+    ``write``: in one transaction, committed at the end (``BEGIN IMMEDIATE`` on SQLite).
+    ``wal``: on SQLite, put the file in WAL mode first (and create it if missing; other
+    calls never create a file). Failures are `LeaseError`s labelled ``operation``, except
+    Alembic's own (an unknown revision...), which pass unchanged.
+    """
+    engine, owned = _engine_for(target, bounds, create=wal)
+    where = redact(engine.url)
+    try:
+        return await _within(bounds.timeout, _run(engine, owned, fn, args, bounds, write, wal))
+    except LeaseError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("alembic"):
+            raise
+        raise translate(
+            exc, operation=operation, where=where, sent=True, table="(migrations)"
+        ) from exc
+
+
+async def _run(
+    engine: AsyncEngine,
+    owned: bool,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    bounds: Bounds,
+    write: bool,
+    wal: bool,
+) -> Any:
+    try:
+        async with engine.connect() as conn:
+            if engine.dialect.name == "sqlite" and wal:
+                await ensure_wal(await _driver_connection(conn), bounds.busy_seconds)
+            if not write:
+                return await conn.run_sync(fn, *args)
+            if engine.dialect.name == "sqlite":
+                await conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                await conn.begin()
+            result = await conn.run_sync(fn, *args)
+            await conn.commit()
+            return result
+    finally:
+        if owned:
+            await engine.dispose()
