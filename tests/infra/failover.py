@@ -1,0 +1,274 @@
+"""One failover round against a `Replicated` pair, and what it cost (shared by the tests and
+``scripts/failover-soak``).
+
+Clients (asyncio tasks on a few providers, multi-host URL with ``target_session_attrs=
+read-write``) race for a few hot keys with short TTLs: acquire, renew while they hold, release.
+Mid-run the primary crashes (``pg_ctl stop -m immediate``) and the standby is promoted; with
+``lag`` the replication link is stalled that long before the crash and cut with it, so the
+commits the primary acknowledged meanwhile never reach the standby. Every acknowledged call is
+recorded with its database-side result; `analyse` then counts, from the history alone and the
+standby's rows just before promotion:
+
+- writes and grants lost: acknowledged grants/renewals the promoted standby does not have;
+- overlaps: two grants of one key, different owners, whose ownership intervals intersect
+  (interval = from the grant's database time to the last acknowledged expiry, or to the start
+  of its release call), with the longest intersection;
+- fence inversions: a grant of a key whose fence is lower than one granted earlier for it;
+- fences handed out twice: one fence value in grants of two different (key, owner) pairs, or
+  re-drawn for the same pair after the failover although the standby had lost it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from sql_lease import LeaseError, SqlLeaseProvider, migrate
+
+from .cluster import Replicated
+
+T = TypeVar("T")
+KEYS = ("hot-a", "hot-b", "hot-c")
+
+
+def _wall() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Grant:
+    key: str
+    owner: str
+    fence: int
+    start: datetime  # database time of the granting statement
+    end: datetime  # last acknowledged expiry (or the start of the release call)
+    acked_at: float  # monotonic, when the grant was acknowledged
+    after_failover: bool = False
+
+
+@dataclass
+class Round:
+    database: str = ""
+    grants: list[Grant] = field(default_factory=list)
+    #: (key, kind, fence, earliest expiry, latest expiry, acknowledged at): acknowledged writes;
+    #: for a release the two expiries bound the moment it ended the lease.
+    writes: list[tuple[str, str, int, datetime, datetime, float]] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    crash_at: float = 0.0
+    promoted_at: float = 0.0
+    standby_rows: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    first_success_after: float | None = None
+    slowest_call: float = 0.0
+
+
+@dataclass
+class Figures:
+    writes_lost: int
+    grants_lost: int
+    overlaps: list[float]  # window of each overlap, ms
+    inversions: list[tuple[str, int, int]]  # (key, earlier fence, later lower fence)
+    duplicates: list[int]
+    errors: dict[str, int]
+    recovered_ms: float | None
+    slowest_call: float
+
+    def line(self) -> str:
+        inv = ", ".join(f"{k}: {a} then {b}" for k, a, b in self.inversions[:3])
+        longest = max(self.overlaps, default=0.0)
+        rec = "never" if self.recovered_ms is None else f"{self.recovered_ms:.0f} ms"
+        return (
+            f"acked writes lost {self.writes_lost} (grants {self.grants_lost}); "
+            f"overlaps {len(self.overlaps)} (longest {longest:.0f} ms); "
+            f"fence inversions {len(self.inversions)}{f' ({inv})' if inv else ''}; "
+            f"fences twice {len(self.duplicates)}; errors {sum(self.errors.values())} "
+            f"{dict(self.errors)}; first success {rec} after promotion; "
+            f"slowest call {self.slowest_call:.2f} s"
+        )
+
+
+async def _client(
+    provider: SqlLeaseProvider, rnd: Round, stop: asyncio.Event, rng: random.Random
+) -> None:
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    mine: dict[str, Grant] = {}
+
+    async def call(op: Awaitable[T]) -> tuple[T | None, float]:
+        t0 = time.monotonic()
+        try:
+            result = await op
+        except LeaseError as exc:
+            name = type(exc).__name__
+            rnd.errors[name] = rnd.errors.get(name, 0) + 1
+            await asyncio.sleep(0.02)
+            return None, t0
+        finally:
+            rnd.slowest_call = max(rnd.slowest_call, time.monotonic() - t0)
+        now = time.monotonic()
+        if rnd.promoted_at and now > rnd.promoted_at and rnd.first_success_after is None:
+            rnd.first_success_after = now - rnd.promoted_at
+        return result, t0
+
+    while not stop.is_set():
+        key = rng.choice(KEYS)
+        ttl = rng.randint(300, 1500)
+        grant = mine.get(key)
+        if grant is None:
+            res, _ = await call(provider.acquire_lease(key, owner, ttl))
+            if res is not None and res.acquired:
+                assert res.fence is not None and res.expires_at is not None
+                g = Grant(
+                    key,
+                    owner,
+                    res.fence,
+                    res.expires_at - timedelta(milliseconds=ttl),
+                    res.expires_at,
+                    time.monotonic(),
+                    after_failover=bool(rnd.crash_at),
+                )
+                rnd.grants.append(g)
+                e = res.expires_at
+                rnd.writes.append((key, "grant", res.fence, e, e, time.monotonic()))
+                mine[key] = g
+        elif rng.random() < 0.7:
+            renew_ttl = ttl
+            started = _wall()
+            ok, _ = await call(provider.renew_lease(key, owner, renew_ttl))
+            if ok:
+                # renew_lease says only True: the new expiry lies between these two bounds
+                # (same host, so the client's clock is the server's).
+                lo = started + timedelta(milliseconds=renew_ttl)
+                hi = _wall() + timedelta(milliseconds=renew_ttl)
+                grant.end = max(grant.end, lo)
+                rnd.writes.append((key, "renew", grant.fence, lo, hi, time.monotonic()))
+            elif ok is False:
+                del mine[key]
+        else:
+            started = _wall()
+            await call(provider.release_lease(key, owner))
+            grant.end = min(grant.end, started)
+            rnd.writes.append((key, "release", grant.fence, started, _wall(), time.monotonic()))
+            del mine[key]
+        await asyncio.sleep(rng.uniform(0.005, 0.03))
+
+
+async def run_round(
+    cluster: Replicated,
+    *,
+    lag: float,
+    before: float = 1.5,
+    after: float = 2.5,
+    providers: int = 2,
+    clients_per_provider: int = 4,
+    seed: int | None = None,
+) -> Round:
+    """Race, crash the primary (after stalling the link ``lag`` s), promote, race on."""
+    db = f"lease_{uuid.uuid4().hex[:8]}"
+    cluster.create_database(db)
+    url = cluster.url(db)
+    await asyncio.to_thread(migrate.upgrade, url)
+    cluster.wait_replayed()
+    rng = random.Random(seed)
+    rnd = Round(database=db)
+    stop = asyncio.Event()
+    ps = [
+        SqlLeaseProvider.from_url(url, timeout=2.0, connect_timeout=1.0) for _ in range(providers)
+    ]
+    tasks = [
+        asyncio.create_task(_client(p, rnd, stop, random.Random(rng.random())))
+        for p in ps
+        for _ in range(clients_per_provider)
+    ]
+    try:
+        await asyncio.sleep(before)
+        if lag:
+            assert cluster.link is not None
+            cluster.link.stall()
+            await asyncio.sleep(lag)
+        await asyncio.to_thread(cluster.crash_primary)
+        rnd.crash_at = time.monotonic()
+        assert cluster.link is not None
+        cluster.link.cut()
+        rows = await asyncio.to_thread(
+            cluster.standby.query,
+            "SELECT convert_from(key, 'UTF8'), fence, expires_at FROM leases",
+            db,
+        )
+        rnd.standby_rows = {str(k): (int(str(f)), e) for k, f, e in rows}  # type: ignore[misc]
+        await asyncio.to_thread(cluster.promote)
+        rnd.promoted_at = time.monotonic()
+        await asyncio.sleep(after)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for p in ps:
+            await p.aclose()
+    return rnd
+
+
+def analyse(rnd: Round) -> Figures:
+    """The figures of the module docstring, from one round's history."""
+    lost_writes = 0
+    lost_grants = 0
+    per_key: dict[str, list[tuple[str, str, int, datetime, datetime, float]]] = {}
+    for w in sorted(rnd.writes, key=lambda w: w[5]):
+        if w[5] < rnd.crash_at:
+            per_key.setdefault(w[0], []).append(w)
+    for key, ws in per_key.items():
+        row = rnd.standby_rows.get(key)
+        kept = 0  # writes up to the last one the standby's row reflects survived
+        if row is not None:
+            fence, expiry = row
+            for i, (_, kind, f, lo, hi, _) in enumerate(ws, 1):
+                if fence > f or (
+                    fence == f and (expiry <= hi if kind == "release" else expiry >= lo)
+                ):
+                    kept = i
+        lost = ws[kept:]
+        lost_writes += len(lost)
+        lost_grants += sum(1 for w in lost if w[1] == "grant")
+    overlaps: list[float] = []
+    by_key: dict[str, list[Grant]] = {}
+    for g in rnd.grants:
+        by_key.setdefault(g.key, []).append(g)
+    inversions: list[tuple[str, int, int]] = []
+    for key, gs in by_key.items():
+        gs.sort(key=lambda g: g.start)
+        for i, a in enumerate(gs):
+            for b in gs[i + 1 :]:
+                if a.owner != b.owner and b.start < a.end:
+                    overlaps.append((min(a.end, b.end) - b.start).total_seconds() * 1000)
+        highest = 0
+        for g in sorted(gs, key=lambda g: g.acked_at):
+            if g.fence < highest:
+                inversions.append((key, highest, g.fence))
+            highest = max(highest, g.fence)
+    seen: dict[int, Grant] = {}
+    duplicates = []
+    for g in rnd.grants:
+        first = seen.setdefault(g.fence, g)
+        if first is g:
+            continue
+        # The same owner re-acquiring its own live lease (after a call whose outcome it did not
+        # learn) gets the same fence legitimately; across the failover only if the row survived.
+        row = rnd.standby_rows.get(g.key)
+        survived = row is not None and row[0] >= g.fence
+        same = (first.key, first.owner) == (g.key, g.owner)
+        if not same or (first.after_failover != g.after_failover and not survived):
+            duplicates.append(g.fence)
+    recovered = None if rnd.first_success_after is None else rnd.first_success_after * 1000
+    return Figures(
+        lost_writes,
+        lost_grants,
+        overlaps,
+        inversions,
+        duplicates,
+        rnd.errors,
+        recovered,
+        rnd.slowest_call,
+    )
