@@ -1,7 +1,7 @@
 """The three implementations a cell compares, each opened fresh for one timed run.
 
 * ``raw``: the floor. Bare asyncpg connections in a minimal LIFO list (no pool object, no reset,
-  no timeout) running exactly the SQL of ``sql_lease._statements.build_statements`` as statements
+  no timeout) running exactly the SQL of ``sql_lease.backends.postgres.catalogue`` as statements
   prepared once per connection, with the same acquire strategy as
   `SqlLeaseProvider.acquire_lease` (read first on contended keys; re-run rule). Nothing a
   library could shave off.
@@ -31,7 +31,7 @@ from redis.asyncio.client import Pipeline
 
 from sql_lease import AcquireResult, LeaseProvider, SqlLeaseProvider
 from sql_lease._contention import ContentionHints
-from sql_lease._statements import Statements, build_statements
+from sql_lease.sync._catalogue import Statements, build_statements
 
 __all__ = [
     "IMPLS",

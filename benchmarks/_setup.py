@@ -19,8 +19,9 @@ from redis.utils import HIREDIS_AVAILABLE
 from sqlalchemy.engine import make_url
 
 from sql_lease import migrate
-from sql_lease._statements import build_statements, quote_ident
+from sql_lease.backends.postgres.catalogue import quote_ident
 from sql_lease.schema import fence_sequence_name
+from sql_lease.sync._catalogue import build_statements
 
 __all__ = [
     "aof_everysec",

@@ -6,16 +6,20 @@ gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contra
 
 from ._contract import AcquireResult, Lease, LeaseProvider, is_lease_provider
 from ._exclusive import exclusive
-from ._hold import HeldLease, LeaseAlreadyHeld, LeaseHook, LeaseLost, LeaseNotAcquired
+from ._held import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
 from ._sql import SqlLeaseProvider
+from .capabilities import Holder, Released, Renewal
 from .coordinator import Coordinator
 from .errors import (
+    LeaseAlreadyHeld,
     LeaseClosedError,
     LeaseConnectionError,
     LeaseDatabaseError,
     LeaseError,
+    LeaseLost,
+    LeaseNotAcquired,
     LeaseSchemaError,
     LeaseTimeoutError,
     LeaseTypeError,
@@ -31,6 +35,7 @@ __all__ = [
     "AcquireResult",
     "Coordinator",
     "HeldLease",
+    "Holder",
     "InMemoryLeaseProvider",
     "Lease",
     "LeaseAlreadyHeld",
@@ -50,6 +55,8 @@ __all__ = [
     "LeaseTypeError",
     "LeaseValueError",
     "NoopLeaseProvider",
+    "Released",
+    "Renewal",
     "SqlLeaseProvider",
     "StatementEvent",
     "__version__",

@@ -19,36 +19,44 @@ import asyncio
 import contextlib
 from collections import deque
 from time import monotonic
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
-from ._sqlite import SqliteDriver
+if TYPE_CHECKING:
+    from .backends import Adaptor, Fetch
 
 __all__ = ["Connections"]
 
 MAX_HOLD: Final = 60.0  # seconds a connection stays out of the pool between returns
 
 
+Pair = tuple[PoolProxiedConnection, "Fetch", float]  # (pool connection, its fetch, since)
+
+
 class Connections:
-    """Hands out (pool connection, driver connection) pairs; see the module docstring."""
+    """Hands out (pool connection, its bound fetch, since) triples; see the module docstring.
+
+    ``adapt`` (the backend's adaptor) turns each connection checked out of the pool into the
+    fetch callable that statements are awaited on; this module knows no driver.
+    """
 
     __slots__ = (
+        "_adapt",
         "_busy",
         "_idle",
         "_limit",
         "_out",
         "_pool",
         "_shared",
-        "_sqlite_pragmas",
         "_waiters",
     )
 
-    def __init__(self, pool: Pool, *, shared: bool, sqlite_pragmas: tuple[str, ...] | None) -> None:
+    def __init__(self, pool: Pool, *, shared: bool, adapt: Adaptor) -> None:
         """``shared``: the pool is the caller's; keep connections only while calls overlap."""
         self._pool = pool
-        self._sqlite_pragmas = sqlite_pragmas
+        self._adapt = adapt
         self._shared = shared
         # Holding needs a known bound on the pool: a QueuePool's size plus overflow.
         self._limit: int | None = None
@@ -56,17 +64,17 @@ class Connections:
             self._limit = pool.size() + pool._max_overflow
         self._out = 0  # connections checked out of the pool by us, busy or idle
         self._busy = 0  # of those, the ones a call is using
-        self._idle: list[tuple[PoolProxiedConnection, Any, float]] = []  # (.., .., since)
+        self._idle: list[Pair] = []
         self._waiters: deque[asyncio.Future[None]] = deque()
 
-    def take(self) -> tuple[PoolProxiedConnection, Any, float] | None:
+    def take(self) -> Pair | None:
         """An idle held connection, without waiting (the hot path), or None."""
         if not self._idle:
             return None
         self._busy += 1
         return self._idle.pop()
 
-    async def get(self) -> tuple[PoolProxiedConnection, Any, float]:
+    async def get(self) -> Pair:
         """A connection: an idle one, a new one from the pool, or the next one given back.
 
         The caller bounds the wait (and checks that the connection is still open).
@@ -76,7 +84,7 @@ class Connections:
         pair = self.take()
         return pair if pair is not None else await self._checkout()
 
-    async def _checkout(self) -> tuple[PoolProxiedConnection, Any, float]:
+    async def _checkout(self) -> Pair:
         self._out += 1
         self._busy += 1
         try:
@@ -86,10 +94,7 @@ class Connections:
             self._busy -= 1
             self._wake()
             raise
-        driver = fairy.driver_connection
-        if self._sqlite_pragmas is not None:
-            driver = SqliteDriver(driver, self._sqlite_pragmas)
-        return fairy, driver, monotonic()
+        return fairy, self._adapt(fairy), monotonic()
 
     async def _wait(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -111,7 +116,7 @@ class Connections:
                 waiter.set_result(None)
                 return
 
-    def keep(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> bool:
+    def keep(self, fairy: PoolProxiedConnection, fetch: Fetch, since: float) -> bool:
         """A call is done with a healthy connection: keep it for the next call (True), or
         False when the caller must `give_back` it."""
         self._busy -= 1
@@ -120,7 +125,7 @@ class Connections:
             and (self._busy or not self._shared)
             and monotonic() - since < MAX_HOLD
         ):
-            self._idle.append((fairy, driver, since))
+            self._idle.append((fairy, fetch, since))
             if self._waiters:
                 self._wake()
             return True
@@ -132,9 +137,9 @@ class Connections:
         await self._return(fairy)
         await self._release_when_unused()
 
-    async def put(self, fairy: PoolProxiedConnection, driver: Any, since: float) -> None:
+    async def put(self, fairy: PoolProxiedConnection, fetch: Fetch, since: float) -> None:
         """Take back a healthy connection after a call (keep it, or return it to the pool)."""
-        if not self.keep(fairy, driver, since):
+        if not self.keep(fairy, fetch, since):
             await self.give_back(fairy)
 
     async def drop(self, fairy: PoolProxiedConnection) -> None:

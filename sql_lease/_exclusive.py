@@ -34,9 +34,8 @@ from time import monotonic
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from ._hold import LeaseNotAcquired
 from ._validate import MAX_TTL_MS, check_name
-from .errors import LeaseTypeError, LeaseValueError
+from .errors import LeaseNotAcquired, LeaseTypeError, LeaseValueError
 
 __all__ = ["Exclusive", "exclusive"]
 

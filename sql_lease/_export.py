@@ -1,4 +1,4 @@
-"""The PostgreSQL statement catalogue as plain data, for clients in other languages.
+"""The PostgreSQL statement catalogue as JSON, for clients in other languages.
 
 `export_catalogue` returns a JSON-ready dict: for each statement its SQL text with placeholders
 for the names that depend on the table, its parameters in order with their PostgreSQL types, and
@@ -15,10 +15,11 @@ The function is pure and deterministic: no I/O, no clock.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from ._statements import build_statements
 from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
+from .backends.postgres.catalogue import build_catalogue
+from .catalogue import Statement
 from .schema import DEFAULT_TABLE
 
 __all__ = ["FORMAT", "export_catalogue"]
@@ -131,7 +132,7 @@ def _template(sql: str, table: str, sequence: str, channel: str) -> str:
 
 def export_catalogue() -> dict[str, object]:
     """The PostgreSQL statement catalogue as JSON-ready data (see the module docstring)."""
-    sql = build_statements(_TABLE, _SCHEMA)
+    sql = build_catalogue(_TABLE, _SCHEMA)
     table = f'"{_SCHEMA}"."{_TABLE}"'
     sequence = f'"{_SCHEMA}"."{_TABLE}_fence_seq"'
     if sql.table != table or sql.channel != f"sql_lease:{_SCHEMA}.{_TABLE}":
@@ -139,7 +140,7 @@ def export_catalogue() -> dict[str, object]:
     renew_many = sql.renew_many(1)
     if renew_many != sql.renew_many(2):
         raise ValueError("renew_many depends on the batch size: it cannot be exported as one text")
-    texts = {
+    catalogue: dict[str, Statement[Any]] = {
         "acquire": sql.acquire,
         "get_owner": sql.get_owner,
         "get_lease": sql.get_lease,
@@ -156,8 +157,13 @@ def export_catalogue() -> dict[str, object]:
     }
     statements: dict[str, object] = {}
     for name, (params, columns, rows) in _SPEC.items():
+        statement = catalogue[name]
+        if statement.params != tuple(n for n, _ in params) or statement.columns != tuple(
+            n for n, _ in columns
+        ):
+            raise ValueError(f"the {name} statement's parameters or columns changed: update _SPEC")
         statements[name] = {
-            "sql": _template(texts[name], table, sequence, sql.channel),
+            "sql": _template(statement.sql, table, sequence, sql.channel),
             "params": [{"name": n, "type": t} for n, t in params],
             "columns": [{"name": n, "type": t} for n, t in columns],
             "rows": rows,

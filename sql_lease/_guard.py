@@ -11,28 +11,27 @@ owner, even if its lease would have expired meanwhile.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._dberrors import translate
-from ._hold import LeaseLost
 from ._urls import redact
 from ._validate import check_name
-from .errors import LeaseTypeError, LeaseValueError
+from .errors import LeaseLost, LeaseTypeError, LeaseValueError
 
-__all__ = ["guard", "guard_statement"]
+if TYPE_CHECKING:
+    from .backends import Backend
+    from .catalogue import Catalogue
+
+__all__ = ["guard", "guard_clause"]
 
 
 @lru_cache(maxsize=64)
-def guard_statement(table: str) -> TextClause:
-    """The guard for an already quoted table name: (:key, :fence) -> one row when live."""
-    return text(
-        f"SELECT 1 FROM {table} WHERE key = :key AND fence = :fence"
-        " AND expires_at > clock_timestamp() FOR SHARE"
-    )
+def guard_clause(sql: str) -> TextClause:
+    """The catalogue's guard statement as a SQLAlchemy clause: (:key, :fence) -> a row."""
+    return text(sql)
 
 
 async def _autocommit(conn: AsyncConnection) -> bool:
@@ -40,7 +39,9 @@ async def _autocommit(conn: AsyncConnection) -> bool:
     return bool(getattr(raw.dbapi_connection, "autocommit", False))
 
 
-async def guard(provider: Any, conn: AsyncConnection, key: str, fence: int) -> None:
+async def guard(
+    catalogue: Catalogue, backend: Backend, conn: AsyncConnection, key: str, fence: int
+) -> None:
     """Lock ``key``'s live lease row with ``fence`` in ``conn``'s transaction, or raise.
 
     Raises `LeaseLost` when ``fence`` is not the live fence of ``key`` (expired, released or
@@ -53,17 +54,21 @@ async def guard(provider: Any, conn: AsyncConnection, key: str, fence: int) -> N
         raise LeaseTypeError(f"fence must be an int, not {type(fence).__name__}")
     if not isinstance(conn, AsyncConnection):
         raise LeaseTypeError(f"conn must be an AsyncConnection, not {type(conn).__name__}")
-    if conn.dialect.name != "postgresql":
-        raise LeaseValueError(f"guard needs PostgreSQL, not {conn.dialect.name}")
-    table: str = provider._sql.table
+    statement = catalogue.guard
+    if statement is None or conn.dialect.name != catalogue.dialect:
+        # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
+        given = conn.dialect.name if statement is not None else catalogue.dialect
+        raise LeaseValueError(f"guard needs PostgreSQL, not {given}")
+    table = catalogue.table
     try:
         if await _autocommit(conn):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        result = await conn.execute(guard_statement(table), {"key": k, "fence": fence})
+        result = await conn.execute(guard_clause(statement.sql), {"key": k, "fence": fence})
         row = result.first()
     except DBAPIError as exc:
-        raise translate(
-            exc, operation="guard", where=redact(conn.engine.url), sent=False, table=table
+        where = redact(conn.engine.url)
+        raise backend.translate(
+            exc, operation="guard", where=where, sent=False, table=table
         ) from exc
     if row is None:
         raise LeaseLost(key, None, fence, "the fence is not the live fence of the key")

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Self
 
 from ._contract import AcquireResult, Lease
-from ._hold import LeaseLifecycle
+from ._lifecycle import LeaseLifecycle
 from ._validate import (
     Millis,
     check_items,
@@ -22,8 +22,7 @@ from ._validate import (
     check_prefix,
     check_ttl,
 )
-from ._wait import notify_local
-from .capabilities import Renewal, WakeupSink
+from .capabilities import Released, Renewal, WakeupSink
 from .errors import LeaseClosedError
 from .observer import LeaseObserver, check_observer, timed_operation
 
@@ -68,8 +67,9 @@ class InMemoryLeaseProvider(LeaseLifecycle):
     ints of milliseconds or `timedelta` values, rounded up to a whole millisecond.
     """
 
-    #: Every change of this provider happens here, so it wakes waiters itself (no polling).
-    _notifies_waiters = True
+    #: Every change of this provider happens here, so it wakes its waiters itself (through
+    #: `_wake_waiters`, on release, transfer and force-release): they never poll.
+    _wakes_own_waiters = True
 
     def __init__(
         self,
@@ -101,7 +101,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         through `hold` count as lost. The leases themselves are kept, unreachable."""
         if not self._closed:
             self._closed = True
-            self._end_holds()
+            await self._close_lifecycle()
 
     async def __aenter__(self) -> Self:
         return self
@@ -177,7 +177,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             if entry is None or entry.owner != owner:
                 return
             del self._leases[key]
-        notify_local(self, key)
+        self._wake_waiters(key)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
         """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms``; False (and
@@ -217,8 +217,38 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             entry.owner = to_owner
             entry.fence = next(self._fences)
             entry.acquired = now
-        notify_local(self, key)
+        self._wake_waiters(key)
         return True
+
+    async def release(self, key: str, owner: str) -> Released | None:
+        """`release_lease` that reports the `Released` fence and time, or None (a no-op)."""
+        check_name("key", key)
+        check_name("owner", owner)
+        self._check_open("release_lease")
+        with self._lock:
+            now = self._clock()
+            entry = self._live(key, now)
+            if entry is None or entry.owner != owner:
+                return None
+            del self._leases[key]
+            released = Released(entry.fence, self._wall(now))
+        self._wake_waiters(key)
+        return released
+
+    async def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
+        """`renew_lease` that reports the `Renewal` (fence, new expiry), or None when lost."""
+        check_name("owner", owner)
+        return (await self.renew_many([(key, owner)], ttl_ms))[0]
+
+    async def transfer(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+    ) -> Renewal | None:
+        """`transfer_lease` that reports the new owner's `Renewal`, or None when not held."""
+        if not await self.transfer_lease(key, from_owner, to_owner, ttl_ms):
+            return None
+        with self._lock:
+            entry = self._leases[key]
+            return Renewal(entry.fence, self._wall(entry.expires))
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases at once; one bool per item, in order."""
@@ -233,7 +263,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             if entry is None:
                 return False
             del self._leases[key]
-        notify_local(self, key)
+        self._wake_waiters(key)
         logger.warning(
             "force-released lease %r held by %r (fence %d)", key, entry.owner, entry.fence
         )
@@ -289,7 +319,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
     def __repr__(self) -> str:
         return f"InMemoryLeaseProvider(leases={len(self._leases)})"
 
-    # -- what held leases need (sql_lease._hold, _renewer) --------------------------------
+    # -- what held leases need (sql_lease._held, _renewer) --------------------------------
 
     def wakeup_source(self, sink: WakeupSink) -> None:
         """None: this provider wakes its waiters itself on release, transfer and force-release."""

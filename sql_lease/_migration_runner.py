@@ -19,20 +19,30 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from sqlalchemy.engine import URL, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from alembic.config import Config
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from ._dberrors import translate
-from ._sqlite import ensure_wal, open_existing
 from ._urls import build_engine, normalize_url, redact
+from .backends import backend_for, backend_for_url
+from .backends.sqlite.startup import MissingDatabaseFile
 from .errors import LeaseError, LeaseTypeError, LeaseValueError
 
-__all__ = ["Bounds", "Target", "check_seconds", "check_target", "run_on_connection"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "Bounds",
+    "Target",
+    "check_seconds",
+    "check_target",
+    "run_env_online",
+    "run_on_connection",
+]
 
 T = TypeVar("T")
 
-SERVER_SHARE: Final = 0.8  # server-side statement/lock timeout as a share of ``timeout``
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
+SERVER_SHARE: Final = 0.8  # server-side (busy, statement) timeouts as a share of ``timeout``
 SQLITE_BUSY_DEFAULT: Final = 5.0  # SQLite's busy timeout when the call has no ``timeout``
 MAX_SECONDS: Final = 86_400.0
 
@@ -90,17 +100,12 @@ def _engine_for(target: Target, bounds: Bounds, *, create: bool) -> tuple[AsyncE
     if isinstance(target, AsyncEngine):
         return target, False
     url = normalize_url(target)
-    connect_args: dict[str, Any] = {}
-    if url.drivername == "sqlite+aiosqlite":
-        # Driver-level autocommit: the transactions below are the ones we begin ourselves.
-        connect_args = {"isolation_level": None, "timeout": bounds.busy_seconds}
-        if not create:
-            connect_args["async_creator_fn"] = open_existing
-    else:
-        connect_args["timeout"] = bounds.connect_timeout
-        if bounds.timeout is not None:
-            millis = str(max(1, round(bounds.timeout * 1000 * SERVER_SHARE)))
-            connect_args["server_settings"] = {"statement_timeout": millis, "lock_timeout": millis}
+    connect_args = backend_for_url(url).migration_connect_args(
+        timeout=bounds.timeout,
+        connect_timeout=bounds.connect_timeout,
+        busy_seconds=bounds.busy_seconds,
+        create=create,
+    )
     return build_engine(url, poolclass=NullPool, connect_args=connect_args), True
 
 
@@ -124,11 +129,6 @@ async def _within(seconds: float | None, work: Coroutine[Any, Any, T]) -> T:
 def _retrieve(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # seen: no "exception was never retrieved" warning
-
-
-async def _driver_connection(conn: AsyncConnection) -> Any:
-    raw = await conn.get_raw_connection()
-    return raw.driver_connection
 
 
 async def run_on_connection(
@@ -156,7 +156,7 @@ async def run_on_connection(
     except Exception as exc:
         if type(exc).__module__.startswith("alembic"):
             raise
-        raise translate(
+        raise backend_for(engine).translate(
             exc, operation=operation, where=where, sent=True, table="(migrations)"
         ) from exc
 
@@ -172,17 +172,44 @@ async def _run(
 ) -> Any:
     try:
         async with engine.connect() as conn:
-            if engine.dialect.name == "sqlite" and wal:
-                await ensure_wal(await _driver_connection(conn), bounds.busy_seconds)
             if not write:
                 return await conn.run_sync(fn, *args)
-            if engine.dialect.name == "sqlite":
-                await conn.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                await conn.begin()
+            await backend_for(engine).begin_migration(conn, prepare=wal, busy=bounds.busy_seconds)
             result = await conn.run_sync(fn, *args)
             await conn.commit()
             return result
     finally:
         if owned:
             await engine.dispose()
+
+
+# -- the alembic command line (migrations/env.py; `sql_lease.migrate` re-exports it) --------
+
+_READ_ONLY_COMMANDS = frozenset({"current", "check"})
+
+
+def run_env_online(cfg: Config, url: str, run: Callable[[Connection], None]) -> None:
+    """For ``migrations/env.py`` run by ``alembic``: ``run(connection)`` with the facade's
+    bounds and SQLite handling (see `upgrade_async`); failures raise Alembic's
+    `CommandError`, which the ``alembic`` command prints as one line."""
+    from alembic.util import CommandError
+
+    cmd = getattr(cfg.cmd_opts, "cmd", None)
+    name = getattr(cmd[0], "__name__", "") if isinstance(cmd, tuple) and cmd else ""
+    write = name not in _READ_ONLY_COMMANDS
+    bounds = Bounds.of(None, DEFAULT_CONNECT_TIMEOUT)
+    try:
+        asyncio.run(
+            run_on_connection(
+                url,
+                run,
+                operation=name or "migrate",
+                bounds=bounds,
+                write=write,
+                wal=name == "upgrade",
+            )
+        )
+    except MissingDatabaseFile:
+        return  # only an upgrade creates a file: nothing to show or downgrade
+    except LeaseError as exc:
+        raise CommandError(str(exc)) from exc

@@ -2,82 +2,103 @@
 
 The loop sleeps until the earliest lease is due, then renews every lease that has used at
 least half of its renewal interval, so leases taken at different moments fall into step and
-share one statement per tick. ``renew_leases`` takes one TTL per call, so a tick sends one
-statement per distinct TTL among the leases it renews (run concurrently). The loop exists only
-while something is held. Renewers are kept per provider (`PerProvider`: weakly keyed) and
-refer to it weakly, so a provider and its renewer are collected together.
+share one statement per tick. A tick sends one statement per distinct TTL among the leases it
+renews (run concurrently): `BatchRenewal.renew_many` when the provider has it, else its
+``renew_leases``, else one ``renew_lease`` per lease. The loop exists only while something is
+held. A renewer sees a lease only as a `Ticket` (what to renew, when, whom to tell), so it
+knows nothing of `HeldLease`; it refers to its provider through a callable, weakly for the
+providers of others (see `sql_lease._runtime`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
-from ._per_provider import PerProvider
+from ._contract import LeaseProvider
+from .capabilities import BatchRenewal
 from .errors import LeaseClosedError, LeaseDatabaseError
 
-if TYPE_CHECKING:
-    from ._hold import HeldLease
-
-__all__ = ["Renewer", "close_for", "renew_batch", "renewer_for"]
+__all__ = ["BoolBatchRenewal", "Outcome", "Renewer", "Ticket", "renew_batch"]
 
 logger = logging.getLogger("sql_lease.hold")
-
-_renewers: PerProvider[Renewer] = PerProvider(lambda p, weak: Renewer(p, weak=weak))
 
 Outcome = tuple[bool, datetime | None]  # (still held, new expiry if the provider reports it)
 
 
-def renewer_for(provider: Any) -> Renewer:
-    """The renewal scheduler of ``provider`` (created on first use)."""
-    return _renewers.get(provider)
+@runtime_checkable
+class BoolBatchRenewal(Protocol):
+    """Renews many leases at once, telling only which are still held (``renew_leases``)."""
+
+    async def renew_leases(self, items: Sequence[tuple[str, str]], ttl_ms: int) -> list[bool]:
+        """Renew each ``(key, owner)`` with ``ttl_ms``; per item, in order, whether it was held."""
+        ...
 
 
-def close_for(provider: Any, reason: str) -> None:
-    """``provider`` was closed: every lease it renews is lost with ``reason``."""
-    renewer = _renewers.find(provider)
-    if renewer is not None:
-        renewer.close(reason)
-
-
-async def renew_batch(provider: Any, pairs: Sequence[tuple[str, str]], ttl: int) -> list[Outcome]:
+async def renew_batch(
+    provider: LeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
+) -> list[Outcome]:
     """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
-    many: Callable[..., Awaitable[list[tuple[int, datetime] | None]]] | None = getattr(
-        provider, "renew_many", None
-    )
-    if many is not None:
-        return [(r is not None, None if r is None else r[1]) for r in await many(pairs, ttl)]
-    batch: Callable[..., Awaitable[list[bool]]] | None = getattr(provider, "renew_leases", None)
-    if batch is not None:
-        return [(ok, None) for ok in await batch(pairs, ttl)]
+    if isinstance(provider, BatchRenewal):
+        renewed = await provider.renew_many(pairs, ttl)
+        return [(r is not None, None if r is None else r.expires_at) for r in renewed]
+    if isinstance(provider, BoolBatchRenewal):
+        return [(ok, None) for ok in await provider.renew_leases(pairs, ttl)]
     oks = await asyncio.gather(*(provider.renew_lease(k, o, ttl) for k, o in pairs))
     return [(bool(ok), None) for ok in oks]
 
 
-class Renewer:
-    """Renews the held leases of one provider; ``ticks`` and ``statements`` count its work."""
+class Ticket:
+    """One lease as its renewer sees it.
 
-    def __init__(self, provider: Any, *, weak: bool = True) -> None:
-        self._provider: Callable[[], Any] = weakref.ref(provider) if weak else (lambda: provider)
-        self._leases: set[HeldLease] = set()
+    ``due`` (event-loop time) is when it wants renewing next and ``interval`` its renewal
+    period in seconds; its owner moves ``due``. The renewer calls ``renewed(started,
+    expires_at)`` after a successful renewal that started at ``started``, ``failed(exc, now)``
+    after a database error (it is retried), and ``gone(reason)`` when it is no longer held.
+    """
+
+    __slots__ = ("due", "failed", "gone", "interval", "key", "owner", "renewed", "ttl_ms")
+
+    def __init__(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        interval: float,
+        *,
+        renewed: Callable[[float, datetime | None], None],
+        failed: Callable[[BaseException, float], None],
+        gone: Callable[[str], None],
+    ) -> None:
+        self.key, self.owner, self.ttl_ms, self.interval = key, owner, ttl_ms, interval
+        self.due = 0.0
+        self.renewed, self.failed, self.gone = renewed, failed, gone
+
+
+class Renewer:
+    """Renews the tickets of one provider; ``ticks`` and ``statements`` count its work."""
+
+    def __init__(self, provider: Callable[[], LeaseProvider | None]) -> None:
+        self._provider = provider
+        self._tickets: set[Ticket] = set()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._sleep_until = float("inf")
         self._batch: asyncio.Future[Any] | None = None  # the renewal round in flight
-        self._batch_leases: set[HeldLease] = set()
+        self._batch_tickets: set[Ticket] = set()
         #: Renewal rounds run, and renewal calls made (one per distinct TTL per round).
         self.ticks = 0
         self.statements = 0
 
     def __len__(self) -> int:
-        return len(self._leases)
+        return len(self._tickets)
 
-    def add(self, lease: HeldLease) -> None:
-        self._leases.add(lease)
+    def add(self, ticket: Ticket) -> None:
+        """Renew ``ticket`` from its ``due`` time on (starting the loop if needed)."""
+        self._tickets.add(ticket)
         if (
             self._task is None
             or self._task.done()
@@ -88,24 +109,25 @@ class Renewer:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name="sql_lease renewer"
             )
-        elif lease._due < self._sleep_until and self._wake is not None:
+        elif ticket.due < self._sleep_until and self._wake is not None:
             self._wake.set()
 
-    def discard(self, lease: HeldLease) -> None:
-        self._leases.discard(lease)
+    def discard(self, ticket: Ticket) -> None:
+        """Stop renewing ``ticket`` (a renewal in flight may still finish: see `settle`)."""
+        self._tickets.discard(ticket)
 
     def close(self, reason: str) -> None:
-        """Lose every lease (its provider closed) and let the loop end now."""
-        for lease in list(self._leases):
-            lease._lose(reason)
-        self._leases.clear()
+        """Every ticket is gone with ``reason`` (its provider closed); the loop ends now."""
+        tickets, self._tickets = list(self._tickets), set()
+        for ticket in tickets:
+            ticket.gone(reason)
         if self._wake is not None:
             self._wake.set()
 
-    async def settle(self, lease: HeldLease) -> None:
-        """Wait until no renewal of ``lease`` is in flight (call after `discard`)."""
+    async def settle(self, ticket: Ticket) -> None:
+        """Wait until no renewal of ``ticket`` is in flight (call after `discard`)."""
         batch = self._batch
-        if batch is not None and lease in self._batch_leases and not batch.done():
+        if batch is not None and ticket in self._batch_tickets and not batch.done():
             await asyncio.wait([batch])  # not cancelled with the caller
 
     async def _run(self) -> None:
@@ -113,9 +135,9 @@ class Renewer:
         wake = self._wake
         assert wake is not None
         try:
-            while self._leases:
+            while self._tickets:
                 now = loop.time()
-                due = min(lease._due for lease in self._leases)
+                due = min(ticket.due for ticket in self._tickets)
                 if due > now:
                     wake.clear()
                     self._sleep_until = due
@@ -126,24 +148,24 @@ class Renewer:
                         pass
                     self._sleep_until = float("inf")
                     continue
-                groups: dict[int, list[HeldLease]] = {}
-                for lease in self._leases:
-                    if lease._due - lease._interval / 2 <= now:
-                        groups.setdefault(lease.ttl_ms, []).append(lease)
+                groups: dict[int, list[Ticket]] = {}
+                for ticket in self._tickets:
+                    if ticket.due - ticket.interval / 2 <= now:
+                        groups.setdefault(ticket.ttl_ms, []).append(ticket)
                 self.ticks += 1
-                self._batch_leases = {lease for group in groups.values() for lease in group}
+                self._batch_tickets = {ticket for group in groups.values() for ticket in group}
                 self._batch = asyncio.gather(
                     *(self._renew(ttl, group) for ttl, group in groups.items())
                 )
                 try:
                     await self._batch
                 finally:
-                    self._batch, self._batch_leases = None, set()
+                    self._batch, self._batch_tickets = None, set()
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
 
-    async def _renew(self, ttl: int, leases: list[HeldLease]) -> None:
+    async def _renew(self, ttl: int, tickets: list[Ticket]) -> None:
         provider = self._provider()
         if provider is None:
             return
@@ -151,26 +173,26 @@ class Renewer:
         started = loop.time()
         self.statements += 1
         try:
-            outcomes = await renew_batch(provider, [(x.key, x.owner) for x in leases], ttl)
+            outcomes = await renew_batch(provider, [(t.key, t.owner) for t in tickets], ttl)
         except LeaseClosedError:
-            for lease in leases:
-                lease._lose("its provider was closed")
+            for ticket in tickets:
+                ticket.gone("its provider was closed")
             return
         except LeaseDatabaseError as exc:
             now = loop.time()
-            for lease in leases:
-                if lease in self._leases:
-                    lease._renew_failed(exc, now)
+            for ticket in tickets:
+                if ticket in self._tickets:
+                    ticket.failed(exc, now)
             return
         except Exception as exc:
-            logger.exception("renewing %d leases failed unexpectedly", len(leases))
-            for lease in leases:
-                lease._lose(f"renewal failed: {exc!r}")
+            logger.exception("renewing %d leases failed unexpectedly", len(tickets))
+            for ticket in tickets:
+                ticket.gone(f"renewal failed: {exc!r}")
             return
-        for lease, (held, expires_at) in zip(leases, outcomes, strict=True):
-            if lease not in self._leases:
+        for ticket, (held, expires_at) in zip(tickets, outcomes, strict=True):
+            if ticket not in self._tickets:
                 continue  # released, transferred or lost meanwhile
             if held:
-                lease._renewed(started, expires_at)
+                ticket.renewed(started, expires_at)
             else:
-                lease._lose("a renewal found it gone (expired, taken over or force-released)")
+                ticket.gone("a renewal found it gone (expired, taken over or force-released)")

@@ -25,6 +25,7 @@ __all__ = [
     "Holder",
     "NotificationSource",
     "Observed",
+    "Released",
     "Renewal",
     "WakeupSink",
     "WakeupSource",
@@ -37,6 +38,13 @@ class Renewal(NamedTuple):
 
     fence: int
     expires_at: datetime
+
+
+class Released(NamedTuple):
+    """A release that took effect: the fence it ended and when, in database time."""
+
+    fence: int
+    released_at: datetime
 
 
 class Holder(NamedTuple):

@@ -4,13 +4,14 @@
     await coordinator.signal("resource\\0thread-1", message)
 
 On a signal for a thread key, the coordinator tries to acquire the key's lease for a fresh run
-id. The winner runs ``work`` while the lease renews itself; a loser hands the signal to
+id. The winner runs ``work`` while it holds the lease as a `HeldLease` (adopted: renewed by the
+provider's one renewer, judged lost by the rule of ``hold``); a loser hands the signal to
 ``route`` with the current owner, so the application can deliver it there. Signals that reach
 the owner while its run is live are queued as follow-ups. When the run ends with follow-ups
-queued, the lease passes to the next run with ``transfer_lease`` (no instant where the key is
-free); with none queued it is released. A failed transfer falls back to ``acquire_lease``, and a
-failed acquire to routing. Works with any provider; with `NoopLeaseProvider` every process wins
-(single-process behaviour).
+queued, the lease passes to the next run with `HeldLease.transfer_to` (``transfer_lease``: no
+instant where the key is free); with none queued it is released. A failed transfer falls back
+to ``acquire_lease``, and a failed acquire to routing. Works with any provider; with
+`NoopLeaseProvider` every process wins (single-process behaviour).
 
 The coordinator never cancels work whose lease was lost: `Run.lost` tells, and `Run.fence`
 lets a downstream store reject the stale run's writes.
@@ -21,14 +22,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
-from ._contract import LeaseProvider
+from ._contract import AcquireResult, Lease, LeaseProvider
+from ._held import HeldLease
+from ._keeper import renew_interval
 from ._validate import check_name, check_ttl
+from .errors import LeaseLost
 
 __all__ = ["Coordinator", "CoordinatorStats", "Outcome", "Run"]
 
@@ -55,16 +58,19 @@ class Run(Generic[S]):
     fence: int | None  #: after a transfer, read with ``get_lease`` if the provider has it
     started_by: Literal["acquire", "transfer"]
     previous_run_id: str | None = None  #: the run that transferred the lease to this one
-    _lost: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _held: HeldLease | None = field(default=None, repr=False)
 
     @property
     def lost(self) -> bool:
-        """True once a renewal found the lease gone (expired or taken)."""
-        return self._lost.is_set()
+        """True once the lease was found lost (a renewal found it gone, or it expired)."""
+        return self._held is not None and self._held.lost
 
     async def wait_lost(self) -> None:
-        """Return when the lease is lost (never, while it is held)."""
-        await self._lost.wait()
+        """Return when the lease is lost (never, while it is held or once it was handed on
+        or released)."""
+        if self._held is not None and await self._held.wait_lost():
+            return
+        await asyncio.Event().wait()  # never lost: wait for cancellation
 
 
 @dataclass(slots=True)
@@ -79,13 +85,18 @@ class CoordinatorStats:
     transfers: int = 0  #: follow-up runs that took the lease by transfer
     transfer_failures: int = 0  #: transfers that found the lease lost (fell back to acquire)
     releases: int = 0  #: leases released because no follow-up was queued
-    renewals: int = 0  #: successful renewals
-    lost: int = 0  #: runs whose lease a renewal found lost
-    errors: int = 0  #: exceptions from ``work``, ``route`` or the provider (logged)
+    renewals: int = 0  #: successful renewals (counted when a run ends)
+    lost: int = 0  #: runs whose lease was found lost while they ran
+    errors: int = 0  #: exceptions from ``work``, ``route`` or the provider, and failed renewals
 
 
 Work = Callable[[Run[S]], Awaitable[None]]
 Route = Callable[[str, str, S], Awaitable[None]]
+
+
+@runtime_checkable
+class _LeaseReader(Protocol):
+    async def get_lease(self, key: str) -> Lease | None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -102,7 +113,9 @@ class Coordinator(Generic[S]):
     ``route(key, owner, signal)`` delivers a signal to the process running ``owner`` (a run id
     this or another coordinator issued); it is the application's transport. ``run_ids`` makes
     fresh run ids (default: random hex); embedding a process name in them makes routing easy.
-    ``ttl_ms`` is the lease TTL; live runs renew every third of it.
+    ``ttl_ms`` is the lease TTL; live runs renew every third of it, with every other lease
+    held through the provider (see `HeldLease`, whose loss rule applies; work is never
+    cancelled on loss).
     """
 
     def __init__(
@@ -118,6 +131,7 @@ class Coordinator(Generic[S]):
         self._work = work
         self._route = route
         self._ttl_ms = check_ttl(ttl_ms)
+        renew_interval(self._ttl_ms, None)  # a TTL too short to renew is refused here
         self._run_ids = run_ids or (lambda: uuid.uuid4().hex)
         self._threads: dict[str, _Thread[S]] = {}
         self._idle = asyncio.Event()
@@ -142,6 +156,7 @@ class Coordinator(Generic[S]):
         self._threads[key] = thread
         self._idle.clear()
         run_id = self._run_ids()
+        started = asyncio.get_running_loop().time()
         try:
             result = await self._provider.acquire_lease(key, run_id, self._ttl_ms)
         except BaseException:
@@ -156,7 +171,7 @@ class Coordinator(Generic[S]):
             await self._route_away(key, thread, result.owner, [signal])
             return Outcome.ROUTED
         batch, thread.pending = [signal, *thread.pending], []
-        run = Run(key, run_id, tuple(batch), result.fence, "acquire")
+        run = self._run(key, tuple(batch), result, started, "acquire")
         self._start(key, thread, run)
         return Outcome.STARTED
 
@@ -172,6 +187,31 @@ class Coordinator(Generic[S]):
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- internals ----------------------------------------------------------------------
+
+    def _run(
+        self,
+        key: str,
+        signals: tuple[S, ...],
+        result: AcquireResult,
+        started: float,
+        how: Literal["acquire", "transfer"],
+        previous: str | None = None,
+    ) -> Run[S]:
+        """A run of ``signals`` under the lease ``result`` granted (at loop time ``started``)."""
+        held = HeldLease.adopt(
+            self._provider,
+            result,
+            key,
+            self._ttl_ms,
+            started=started,
+            cancel_on_loss=False,
+            on_released=self._released,
+        )
+        assert result.owner is not None  # adopt checked it
+        return Run(key, result.owner, signals, result.fence, how, previous, held)
+
+    def _released(self, held: HeldLease) -> None:
+        self.stats.releases += 1
 
     def _start(self, key: str, thread: _Thread[S], run: Run[S]) -> None:
         thread.task = asyncio.get_running_loop().create_task(
@@ -189,63 +229,80 @@ class Coordinator(Generic[S]):
         current: Run[S] | None = run
         try:
             while current is not None:
-                await self._run_once(current)
-                current = await self._next_run(key, thread, current)
-        except asyncio.CancelledError:
-            if current is not None:
-                await self._release_quietly(key, current.run_id)
-            raise
+                current = await self._run_once(key, thread, current)
         except Exception:
             self.stats.errors += 1
             logger.exception("thread %r: dropped %d queued signals", key, len(thread.pending))
         finally:
             self._forget(key, thread)
 
-    async def _run_once(self, run: Run[S]) -> None:
-        self.stats.runs += 1
-        renewal = asyncio.get_running_loop().create_task(self._keep_alive(run))
-        try:
-            await self._work(run)
-        except Exception:
-            self.stats.errors += 1
-            logger.exception("work for %r (run %s) failed", run.key, run.run_id)
-        finally:
-            renewal.cancel()
-            await asyncio.gather(renewal, return_exceptions=True)
+    async def _run_once(self, key: str, thread: _Thread[S], run: Run[S]) -> Run[S] | None:
+        """Hold the lease while ``work`` runs; the follow-up run, or None when done.
 
-    async def _next_run(self, key: str, thread: _Thread[S], done: Run[S]) -> Run[S] | None:
-        """The follow-up run of ``done``, or None after releasing (or routing) the thread."""
-        if not thread.pending:
-            if await self._release_quietly(key, done.run_id):
-                self.stats.releases += 1
-            if not thread.pending:  # nothing arrived while releasing
-                return None
-            return await self._acquire_for(key, thread, None)
-        next_id = self._run_ids()
-        batch, thread.pending = thread.pending, []
+        Leaving the hold releases the lease (also on cancellation) unless it was handed to
+        the follow-up run.
+        """
+        held = run._held
+        assert held is not None
+        self.stats.runs += 1
+        follow_up: Run[S] | None = None
+        next_id: str | None = None
         try:
-            moved = await self._provider.transfer_lease(key, done.run_id, next_id, self._ttl_ms)
-        except Exception:
-            self.stats.errors += 1
-            logger.exception("transfer of %r from run %s failed", key, done.run_id)
-            moved = False
-        if moved:
-            self.stats.transfers += 1
-            fence = await self._fence_of(key, next_id)
-            return Run(key, next_id, tuple(batch), fence, "transfer", done.run_id)
-        self.stats.transfer_failures += 1
-        thread.pending[:0] = batch
+            async with held:
+                if run.started_by == "transfer":
+                    run.fence = await self._fence_of(key, run.run_id)
+                try:
+                    await self._work(run)
+                except Exception:
+                    self.stats.errors += 1
+                    logger.exception("work for %r (run %s) failed", run.key, run.run_id)
+                if thread.pending:
+                    next_id = self._run_ids()
+                    follow_up = await self._hand_over(key, thread, run, held, next_id)
+        except LeaseLost:
+            pass  # counted below; its follow-ups (if any) acquire afresh
+        finally:
+            self.stats.renewals += held.renewals
+            self.stats.errors += held.renew_errors
+            if held.lost:
+                self.stats.lost += 1
+                logger.warning("run %s lost the lease on %r", run.run_id, run.key)
+        if follow_up is not None:
+            return follow_up
+        if not thread.pending:  # nothing arrived while releasing
+            return None
         # Acquiring for the same next_id is safe even if a transfer that raised did happen:
         # re-acquiring one's own lease succeeds.
         return await self._acquire_for(key, thread, next_id)
 
+    async def _hand_over(
+        self, key: str, thread: _Thread[S], done: Run[S], held: HeldLease, next_id: str
+    ) -> Run[S] | None:
+        """Transfer the lease to ``next_id`` for the queued follow-ups; None when it failed
+        (the follow-ups stay queued)."""
+        batch, thread.pending = thread.pending, []
+        started = asyncio.get_running_loop().time()
+        try:
+            await held.transfer_to(next_id, self._ttl_ms)
+        except Exception as exc:
+            thread.pending[:0] = batch
+            self.stats.transfer_failures += 1
+            if not isinstance(exc, LeaseLost):
+                self.stats.errors += 1
+                logger.exception("transfer of %r from run %s failed", key, done.run_id)
+            return None
+        self.stats.transfers += 1
+        result = AcquireResult(True, next_id)  # its fence is read once the run holds it
+        return self._run(key, tuple(batch), result, started, "transfer", done.run_id)
+
     async def _acquire_for(self, key: str, thread: _Thread[S], run_id: str | None) -> Run[S] | None:
         """Acquire afresh for the queued follow-ups; route them if another owner holds it."""
         run_id = run_id or self._run_ids()
+        started = asyncio.get_running_loop().time()
         result = await self._provider.acquire_lease(key, run_id, self._ttl_ms)
         batch, thread.pending = thread.pending, []
         if result.acquired:
-            return Run(key, run_id, tuple(batch), result.fence, "acquire")
+            return self._run(key, tuple(batch), result, started, "acquire")
         self.stats.conflicts += 1
         await self._route_away(key, thread, result.owner, batch)
         return None
@@ -273,50 +330,13 @@ class Coordinator(Generic[S]):
 
     async def _fence_of(self, key: str, run_id: str) -> int | None:
         """The fence of ``run_id``'s lease, when the provider offers ``get_lease``."""
-        get_lease = getattr(self._provider, "get_lease", None)
-        if get_lease is None:
+        if not isinstance(self._provider, _LeaseReader):
             return None
         try:
-            lease = await get_lease(key)
+            lease = await self._provider.get_lease(key)
         except Exception:
             logger.warning("could not read the fence of %r", key, exc_info=True)
             return None
         if lease is None or lease.owner != run_id:
             return None
-        fence: int = lease.fence
-        return fence
-
-    async def _release_quietly(self, key: str, run_id: str) -> bool:
-        try:
-            await self._provider.release_lease(key, run_id)
-        except Exception:
-            self.stats.errors += 1
-            logger.exception("release of %r by run %s failed (it expires by itself)", key, run_id)
-            return False
-        return True
-
-    async def _keep_alive(self, run: Run[S]) -> None:
-        """Renew every third of the TTL until cancelled; mark the run lost when renewal fails.
-
-        A renewal that raises is retried at the next tick; once a whole TTL has passed since the
-        last successful renewal the lease is certainly gone.
-        """
-        period = self._ttl_ms / 3000
-        renewed = time.monotonic()
-        while True:
-            await asyncio.sleep(period)
-            try:
-                held = await self._provider.renew_lease(run.key, run.run_id, self._ttl_ms)
-            except Exception:
-                self.stats.errors += 1
-                logger.warning("renewing %r (run %s) failed", run.key, run.run_id, exc_info=True)
-                held = time.monotonic() - renewed < self._ttl_ms / 1000
-                if held:
-                    continue
-            if not held:
-                self.stats.lost += 1
-                logger.warning("run %s lost the lease on %r", run.run_id, run.key)
-                run._lost.set()
-                return
-            self.stats.renewals += 1
-            renewed = time.monotonic()
+        return lease.fence

@@ -7,11 +7,16 @@ a lost acquire race is an `AcquireResult` with ``acquired=False``.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 __all__ = [
+    "LeaseAlreadyHeld",
     "LeaseClosedError",
     "LeaseConnectionError",
     "LeaseDatabaseError",
     "LeaseError",
+    "LeaseLost",
+    "LeaseNotAcquired",
     "LeaseSchemaError",
     "LeaseTimeoutError",
     "LeaseTypeError",
@@ -65,3 +70,51 @@ class LeaseTimeoutError(LeaseDatabaseError, TimeoutError):
 
 class LeaseSchemaError(LeaseDatabaseError):
     """The leases table is missing or not at the schema version this library needs."""
+
+
+class LeaseNotAcquired(LeaseError):
+    """`hold` could not acquire ``key``: ``holder`` holds it (until ``expires_at``)."""
+
+    def __init__(
+        self,
+        key: str,
+        owner: str,
+        holder: str | None,
+        fence: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> None:
+        self.key, self.owner, self.holder = key, owner, holder
+        self.fence, self.expires_at = fence, expires_at
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        until = f" until {self.expires_at.isoformat()}" if self.expires_at is not None else ""
+        return f"lease {self.key!r} not acquired by {self.owner!r}: held by {self.holder!r}{until}"
+
+
+class LeaseAlreadyHeld(LeaseNotAcquired):
+    """`hold` refused: another hold of this provider already holds ``key`` for ``owner``.
+
+    Two overlapping holds of one key by one owner would share one lease, and the first to
+    leave would release it under the other. Give each run its own owner (e.g. hostname plus a
+    run id). A `LeaseNotAcquired` (``holder`` is ``owner``), so ``except LeaseNotAcquired``
+    skips the run as it would for another process's hold.
+    """
+
+    def __init__(self, key: str, owner: str) -> None:
+        super().__init__(key, owner, owner)
+
+    def _message(self) -> str:
+        return (
+            f"lease {self.key!r} is already held by {self.owner!r} through another hold() of "
+            "this provider; overlapping holds need distinct owners"
+        )
+
+
+class LeaseLost(LeaseError):
+    """A lease (or a guarded fence) is no longer held; ``reason`` says how it was found out."""
+
+    def __init__(self, key: str, owner: str | None, fence: int | None, reason: str) -> None:
+        self.key, self.owner, self.fence, self.reason = key, owner, fence, reason
+        who = f" of {owner!r}" if owner is not None else ""
+        super().__init__(f"lease {key!r}{who} (fence {fence}) was lost: {reason}")

@@ -19,6 +19,7 @@ WAL mode; the other calls never create a file (a missing file is at no revision)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 from collections.abc import Callable, Coroutine
@@ -34,10 +35,18 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._app_alembic import IncludeName, exclude_leases, include_name, lease_table_names
-from ._migration_runner import Bounds, check_target, run_on_connection
-from ._sqlite import MissingDatabaseFile
+from ._migration_runner import (
+    DEFAULT_CONNECT_TIMEOUT,
+    Bounds,
+    check_target,
+    run_env_online,
+    run_on_connection,
+)
 from ._urls import normalize_url
 from ._validate import check_identifier
+from .backends import backend_for_url
+from .backends.postgres.catalogue import quote_ident
+from .backends.sqlite.startup import MissingDatabaseFile
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, version_table_name
 
@@ -71,7 +80,6 @@ ENV_TABLE = "SQL_LEASE_TABLE"
 ENV_SCHEMA = "SQL_LEASE_SCHEMA"
 _OFFLINE_URL = "postgresql+asyncpg://"
 
-DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
 DEFAULT_PROBE_TIMEOUT: Final = 5.0  #: seconds for `current` and `check`, end to end
 DEFAULT_MIGRATION_TIMEOUT: Final = 60.0  #: seconds for `upgrade` and `downgrade`, end to end
 
@@ -98,7 +106,7 @@ class MigrationNames:
 
     def qualified(self, name: str) -> str:
         """``name`` quoted, with the schema when there is one."""
-        quoted = f'"{check_identifier("name", name)}"'
+        quoted = quote_ident(name)  # derived names (table + suffix) may be up to 63 characters
         return quoted if self.schema is None else f'"{self.schema}".{quoted}'
 
 
@@ -200,8 +208,26 @@ def _prepare(operation: str, target: object, table_name: str, schema: str | None
     MigrationNames(table_name, schema)
     if not isinstance(target, str | URL):
         return
-    if normalize_url(target).drivername == "sqlite+aiosqlite" and schema is not None:
-        raise LeaseValueError("SQLite has no schemas: leave schema=None")
+    backend = backend_for_url(normalize_url(target))
+    if schema is not None and not backend.has_schemas:
+        raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")
+
+
+async def _migrate(
+    name: str,
+    target: str | URL | AsyncEngine,
+    revision: str,
+    table_name: str,
+    schema: str | None,
+    bounds: Bounds,
+) -> None:
+    _prepare(name, target, table_name, schema)
+    args = (_command, name, revision, table_name, schema)
+    # Only an upgrade creates a missing SQLite file; there is nothing to downgrade in none.
+    with contextlib.suppress(MissingDatabaseFile):
+        await run_on_connection(
+            target, *args, operation=name, bounds=bounds, write=True, wal=name == "upgrade"
+        )
 
 
 async def upgrade_async(
@@ -218,19 +244,7 @@ async def upgrade_async(
     Idempotent, one transaction. A SQLite file is created if missing and put in WAL mode.
     """
     bounds = Bounds.of(timeout, connect_timeout)
-    _prepare("upgrade", target, table_name, schema)
-    await run_on_connection(
-        target,
-        _command,
-        "upgrade",
-        revision,
-        table_name,
-        schema,
-        operation="upgrade",
-        bounds=bounds,
-        write=True,
-        wal=True,
-    )
+    await _migrate("upgrade", target, revision, table_name, schema, bounds)
 
 
 async def downgrade_async(
@@ -247,21 +261,7 @@ async def downgrade_async(
     A SQLite file that does not exist is left alone (there is nothing to downgrade).
     """
     bounds = Bounds.of(timeout, connect_timeout)
-    _prepare("downgrade", target, table_name, schema)
-    try:
-        await run_on_connection(
-            target,
-            _command,
-            "downgrade",
-            revision,
-            table_name,
-            schema,
-            operation="downgrade",
-            bounds=bounds,
-            write=True,
-        )
-    except MissingDatabaseFile:
-        return
+    await _migrate("downgrade", target, revision, table_name, schema, bounds)
 
 
 async def _current_async(
@@ -303,7 +303,12 @@ async def check_async(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> bool:
     """True when the database is at the head revision this library ships."""
-    bounds = Bounds.of(timeout, connect_timeout)
+    return await _check_async(target, table_name, schema, Bounds.of(timeout, connect_timeout))
+
+
+async def _check_async(
+    target: str | URL | AsyncEngine, table_name: str, schema: str | None, bounds: Bounds
+) -> bool:
     return await _current_async("check", target, table_name, schema, bounds) == head()
 
 
@@ -319,6 +324,13 @@ def _run(name: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     )
 
 
+def _offline(name: str, url: str | URL | None, revision: str, names: MigrationNames) -> str:
+    buffer = io.StringIO()
+    cfg = make_config(url, table_name=names.table, schema=names.schema, output=buffer)
+    getattr(command, name)(cfg, revision, sql=True)
+    return buffer.getvalue()
+
+
 def upgrade(
     url: str | URL | None,
     revision: str = "head",
@@ -331,23 +343,11 @@ def upgrade(
 ) -> str | None:
     """Upgrade to ``revision``. With ``sql=True`` return the SQL instead (no database used)."""
     if sql:
-        buffer = io.StringIO()
-        cfg = make_config(url, table_name=table_name, schema=schema, output=buffer)
-        command.upgrade(cfg, revision, sql=True)
-        return buffer.getvalue()
+        return _offline("upgrade", url, revision, MigrationNames(table_name, schema))
     if url is None:
         raise LeaseValueError("upgrade needs a database URL unless sql=True")
-    _run(
-        "upgrade",
-        lambda: upgrade_async(
-            url,
-            revision,
-            table_name=table_name,
-            schema=schema,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-        ),
-    )
+    bounds = Bounds.of(timeout, connect_timeout)
+    _run("upgrade", lambda: _migrate("upgrade", url, revision, table_name, schema, bounds))
     return None
 
 
@@ -363,23 +363,11 @@ def downgrade(
 ) -> str | None:
     """Downgrade to ``revision``. With ``sql=True`` return the SQL (offline needs ``FROM:TO``)."""
     if sql:
-        buffer = io.StringIO()
-        cfg = make_config(url, table_name=table_name, schema=schema, output=buffer)
-        command.downgrade(cfg, revision, sql=True)
-        return buffer.getvalue()
+        return _offline("downgrade", url, revision, MigrationNames(table_name, schema))
     if url is None:
         raise LeaseValueError("downgrade needs a database URL unless sql=True")
-    _run(
-        "downgrade",
-        lambda: downgrade_async(
-            url,
-            revision,
-            table_name=table_name,
-            schema=schema,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-        ),
-    )
+    bounds = Bounds.of(timeout, connect_timeout)
+    _run("downgrade", lambda: _migrate("downgrade", url, revision, table_name, schema, bounds))
     return None
 
 
@@ -392,16 +380,8 @@ def current(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> str | None:
     """The revision the database is at, or None."""
-    return _run(
-        "current",
-        lambda: current_async(
-            url,
-            table_name=table_name,
-            schema=schema,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-        ),
-    )
+    bounds = Bounds.of(timeout, connect_timeout)
+    return _run("current", lambda: _current_async("current", url, table_name, schema, bounds))
 
 
 def check(
@@ -413,45 +393,5 @@ def check(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> bool:
     """True when the database is at head (a readiness check for deploy pipelines)."""
-    return _run(
-        "check",
-        lambda: check_async(
-            url,
-            table_name=table_name,
-            schema=schema,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-        ),
-    )
-
-
-# -- the alembic command line (migrations/env.py) ------------------------------------------
-
-_READ_ONLY_COMMANDS = frozenset({"current", "check"})
-
-
-def run_env_online(cfg: Config, url: str, run: Callable[[Connection], None]) -> None:
-    """For ``migrations/env.py`` run by ``alembic``: ``run(connection)`` with the facade's
-    bounds and SQLite handling (see `upgrade_async`); failures raise Alembic's
-    `CommandError`, which the ``alembic`` command prints as one line."""
-    from alembic.util import CommandError
-
-    cmd = getattr(cfg.cmd_opts, "cmd", None)
-    name = getattr(cmd[0], "__name__", "") if isinstance(cmd, tuple) and cmd else ""
-    write = name not in _READ_ONLY_COMMANDS
-    bounds = Bounds.of(None, DEFAULT_CONNECT_TIMEOUT)
-    try:
-        asyncio.run(
-            run_on_connection(
-                url,
-                run,
-                operation=name or "migrate",
-                bounds=bounds,
-                write=write,
-                wal=name == "upgrade",
-            )
-        )
-    except MissingDatabaseFile:
-        return  # only an upgrade creates a file: nothing to show or downgrade
-    except LeaseError as exc:
-        raise CommandError(str(exc)) from exc
+    bounds = Bounds.of(timeout, connect_timeout)
+    return _run("check", lambda: _check_async(url, table_name, schema, bounds))

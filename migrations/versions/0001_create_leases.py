@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from sql_lease._sqlite import counter_table_name, sqlite_ddl
 from sql_lease.migrate import migration_names
 
 revision: str = "0001"
@@ -21,6 +20,25 @@ depends_on: str | Sequence[str] | None = None
 
 def _sqlite() -> bool:
     return op.get_context().dialect.name == "sqlite"
+
+
+# Frozen with this revision (a shipped migration never changes): the SQLite fence counter and
+# the triggers that keep it ahead of every fence handed out. ``t`` is a validated table name.
+def _counter_table_name(t: str) -> str:
+    return f"{t}_fence_seq"
+
+
+def _sqlite_ddl(t: str) -> list[str]:
+    c = _counter_table_name(t)
+    return [
+        f'CREATE TABLE "{c}" (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL)',
+        f'INSERT INTO "{c}" (id, value) VALUES (1, 0)',
+        f'CREATE TRIGGER "{t}_fence_ins" AFTER INSERT ON "{t}" BEGIN '
+        f'UPDATE "{c}" SET value = NEW.fence WHERE id = 1 AND NEW.fence > value; END',
+        f'CREATE TRIGGER "{t}_fence_upd" AFTER UPDATE OF fence ON "{t}" '
+        f"WHEN NEW.fence <> OLD.fence BEGIN "
+        f'UPDATE "{c}" SET value = NEW.fence WHERE id = 1 AND NEW.fence > value; END',
+    ]
 
 
 def upgrade() -> None:
@@ -47,7 +65,7 @@ def upgrade() -> None:
     )
     if _sqlite():
         # No sequences in SQLite: a one-row counter that triggers keep ahead of every fence.
-        for statement in sqlite_ddl(t):
+        for statement in _sqlite_ddl(t):
             op.execute(statement)
 
 
@@ -55,6 +73,6 @@ def downgrade() -> None:
     names = migration_names()
     op.drop_table(names.table, schema=names.schema)  # SQLite drops the triggers with it
     if _sqlite():
-        op.drop_table(counter_table_name(names.table))
+        op.drop_table(_counter_table_name(names.table))
     else:
         op.execute(sa.schema.DropSequence(sa.Sequence(names.sequence, schema=names.schema)))

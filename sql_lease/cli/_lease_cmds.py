@@ -143,7 +143,7 @@ def renew_cmd(settings: Settings, key: str, owner: str, ttl: int) -> int:
     """Extend OWNER's live lease on KEY to now + TTL (exit 1 when it is not OWNER's)."""
 
     async def body(p: SqlLeaseProvider) -> tuple[Any, Lease | None, datetime]:
-        done = await p._renew(key, owner, ttl)  # reports the fence and new expiry
+        done = await p.renew(key, owner, ttl)  # reports the fence and new expiry
         return done, None if done else await p.get_lease(key), await p.now()
 
     done, lease, now = with_provider(settings, body)
@@ -168,7 +168,7 @@ def release_cmd(settings: Settings, key: str, owner: str) -> int:
     """Release KEY if OWNER holds it (exit 1 when it does not: nothing changes)."""
 
     async def body(p: SqlLeaseProvider) -> tuple[Any, Lease | None, datetime]:
-        done = await p._release(key, owner)  # reports whether it took effect
+        done = await p.release(key, owner)  # reports whether it took effect
         return done, None if done else await p.get_lease(key), await p.now()
 
     done, lease, now = with_provider(settings, body)
@@ -194,7 +194,7 @@ def transfer_cmd(settings: Settings, key: str, from_owner: str, to_owner: str, t
     """Hand KEY from FROM to TO with no gap (exit 1 when FROM does not hold it)."""
 
     async def body(p: SqlLeaseProvider) -> tuple[Any, Lease | None, datetime]:
-        done = await p._transfer(key, from_owner, to_owner, ttl)  # reports the new fence
+        done = await p.transfer(key, from_owner, to_owner, ttl)  # reports the new fence
         return done, None if done else await p.get_lease(key), await p.now()
 
     done, lease, now = with_provider(settings, body)

@@ -19,7 +19,7 @@ import click
 
 from .. import migrate
 from .._exclusive import exclusive
-from .._hold import LeaseLost
+from ..errors import LeaseLost
 from ..sync import HeldLease, SqlLeaseProvider
 from ._errors import CliError, ExitCode
 from ._options import Settings, database_options, to_age, to_name, to_ttl

@@ -13,7 +13,7 @@ SQLite needs only the standard library.
 """
 
 from .._contract import AcquireResult, Lease
-from .._hold import LeaseLost, LeaseNotAcquired
+from ..errors import LeaseLost, LeaseNotAcquired
 from ._hold import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider
 from ._provider import SqlLeaseProvider

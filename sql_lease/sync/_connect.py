@@ -8,15 +8,17 @@ the sync drivers: PostgreSQL to psycopg 3 with libpq parameters passed through, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
 from .._urls import normalize_url, redact
+from ..backends.sqlite.sync import EngineSqliteSource, FileSqliteSource, SqliteExecutor, pragmas
 from ..errors import LeaseTypeError, LeaseValueError
-from ._postgres import EnginePgSource, PgExecutor, PoolPgSource
-from ._sqlite import EngineSqliteSource, FileSqliteSource, SqliteExecutor, pragmas
+
+if TYPE_CHECKING:
+    from ..backends.postgres.sync import PgExecutor
 
 __all__ = ["Target", "check_seconds", "engine_executor", "parse", "url_executor"]
 
@@ -108,8 +110,6 @@ def url_executor(
             path, settings=pragmas(timeout, synchronous_commit), size=pool_size
         )
         return SqliteExecutor(source, where=target.where, table=table)
-    import psycopg_pool  # the `sync` extra; imported here so SQLite needs only the stdlib
-
     millis = max(1, round(timeout * 1000 * SERVER_SHARE))
     options = f"-c statement_timeout={millis} -c lock_timeout={millis} -c TimeZone=UTC"
     if not synchronous_commit:
@@ -121,17 +121,11 @@ def url_executor(
     kwargs["autocommit"] = True
     kwargs["prepare_threshold"] = None
     listen = {k: v for k, v in kwargs.items() if k not in ("options", "prepare_threshold")}
-    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
-        kwargs=kwargs,
-        min_size=0,
-        max_size=pool_size,
-        open=False,
-        timeout=timeout,
-        name="sql_lease",
-        reconnect_timeout=max(timeout, 30.0),
-    )
-    pool.open(wait=False)
-    return PgExecutor(PoolPgSource(pool), where=target.where, table=table, listen_kwargs=listen)
+    # psycopg (the `sync` extra) is imported only here, so SQLite needs only the stdlib.
+    from ..backends.postgres.sync import PgExecutor, open_pool
+
+    pool = open_pool(kwargs, size=pool_size, timeout=timeout)
+    return PgExecutor(pool, where=target.where, table=table, listen_kwargs=listen)
 
 
 def engine_executor(engine: Engine, table: str, timeout: float) -> PgExecutor | SqliteExecutor:
@@ -140,6 +134,8 @@ def engine_executor(engine: Engine, table: str, timeout: float) -> PgExecutor | 
     if engine.dialect.name == "sqlite":
         source = EngineSqliteSource(engine, settings=pragmas(timeout, True))
         return SqliteExecutor(source, where=where, table=table)
+    from ..backends.postgres.sync import EnginePgSource, PgExecutor
+
     kwargs = _libpq_kwargs(engine.url.set(drivername="postgresql"))
     kwargs["autocommit"] = True
     kwargs.setdefault("connect_timeout", max(1, round(timeout)))

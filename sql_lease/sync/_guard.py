@@ -10,10 +10,9 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._hold import LeaseLost
 from .._urls import redact
 from .._validate import check_name
-from ..errors import LeaseTypeError, LeaseValueError
+from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 from ._catalogue import guard_statement
 from ._errors import translate
 

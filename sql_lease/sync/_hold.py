@@ -19,9 +19,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from .._contract import AcquireResult
-from .._hold import LeaseLost, LeaseNotAcquired
 from .._validate import Millis, check_millis, check_name, check_ttl
-from ..errors import LeaseDatabaseError, LeaseTypeError, LeaseValueError
+from ..errors import (
+    LeaseDatabaseError,
+    LeaseLost,
+    LeaseNotAcquired,
+    LeaseTypeError,
+    LeaseValueError,
+)
 
 if TYPE_CHECKING:
     from ._lifecycle import Lifecycle

@@ -10,9 +10,8 @@ import threading
 from typing import Any
 
 from .._contract import AcquireResult
-from .._hold import LeaseAlreadyHeld
 from .._validate import Millis
-from ..errors import LeaseClosedError
+from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._hold import HeldLease, LeaseHook
 from ._listen import Listener
 from ._renewer import Renewer

@@ -72,7 +72,8 @@ def test_downgrade_asks_for_yes_saying_what_it_removes(
     one = sql_lease("downgrade", "--to", "0001", env=state)
     assert one.code == 2
     message = one.err_lines[-1]
-    assert "downgrade to 0001 undoes 0002 (Add wanted_until" in message, message
+    assert "downgrade to 0001 undoes 0004 (Fences carry" in message, message
+    assert "0003 (Event tables" in message and "0002 (Add wanted_until" in message, message
     assert "--yes" in message and "drops" not in message
     base = sql_lease("downgrade", env=state)
     assert base.code == 2
@@ -89,7 +90,7 @@ def test_check_labels_its_errors_check(
     garbage = tmp_path / "not-a-database.db"
     garbage.write_bytes(b"this is not a SQLite file, just some text " * 100)
     result = sql_lease("check", "--url", f"sqlite:///{garbage}", env=state)
-    assert result.code == 5, result.err
+    assert result.code == 3, result.err  # the database cannot be used: not a generic failure
     assert result.err_lines[-1].startswith("sql-lease: error: check: "), result.err
     assert "file is not a database" in result.err
     missing = sql_lease("check", "--url", f"sqlite:///{tmp_path / 'missing.db'}", env=state)

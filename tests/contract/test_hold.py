@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from sql_lease import HeldLease, LeaseError, LeaseLost, LeaseNotAcquired
-from sql_lease._renewer import Renewer, renewer_for
+from sql_lease._renewer import Renewer
+from sql_lease._runtime import runtime_of
 
 from .._events import eventually
 
@@ -31,7 +32,7 @@ async def test_hold_renews_in_the_background_and_releases_on_exit(provider: Any)
         assert await provider.get_lease_owner("k\0t") == "a"
     assert not lease.held and not lease.lost
     assert await provider.get_lease_owner("k\0t") is None
-    assert len(renewer_for(provider)) == 0
+    assert len(runtime_of(provider).renewer) == 0
 
 
 async def test_hold_on_a_taken_key_raises_not_acquired_naming_the_holder(provider: Any) -> None:
@@ -227,7 +228,7 @@ async def test_a_hold_is_single_use(provider: Any) -> None:
 async def test_many_held_leases_are_renewed_by_one_statement_per_tick(provider: Any) -> None:
     """1,000 held leases of one provider, one TTL: one renewal statement per tick."""
     calls = count_renewal_statements(provider)
-    renewer = renewer_for(provider)
+    renewer = runtime_of(provider).renewer
     holds: list[HeldLease] = []
     all_in, done = asyncio.Event(), asyncio.Event()
 
@@ -260,7 +261,7 @@ async def test_many_held_leases_are_renewed_by_one_statement_per_tick(provider: 
 
 async def test_one_statement_per_distinct_ttl_per_tick(provider: Any) -> None:
     calls = count_renewal_statements(provider)
-    renewer = renewer_for(provider)
+    renewer = runtime_of(provider).renewer
     async with (
         provider.hold("a", "me", 600, renew_every_ms=200),
         provider.hold("b", "me", 900, renew_every_ms=200),

@@ -88,7 +88,7 @@ async def _hammer(
             if roll < 0.5:
                 if roll < 0.13:
                     await asyncio.sleep(0.25)  # a paused owner: its lease expires meanwhile
-                renewed = await provider._renew(key, owner, ttl)
+                renewed = await provider.renew(key, owner, ttl)
                 if renewed is None:
                     held.pop(key, None)
                     events.append(Event("renew", key, owner, False, fence))
@@ -106,7 +106,7 @@ async def _hammer(
                     )
             elif roll < 0.7:
                 to = new_owner()
-                moved = await provider._transfer(key, owner, to, ttl)
+                moved = await provider.transfer(key, owner, to, ttl)
                 if moved is None:
                     held.pop(key, None)
                     events.append(Event("transfer", key, owner, False, fence, to_owner=to))
@@ -126,7 +126,7 @@ async def _hammer(
                     )
                     held[key] = (to, moved[0])
             elif roll < 0.9:
-                released = await provider._release(key, owner)
+                released = await provider.release(key, owner)
                 held.pop(key, None)
                 if released is not None:
                     events.append(Event("release", key, owner, True, released[0], released[1]))

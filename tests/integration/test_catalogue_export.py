@@ -15,7 +15,7 @@ from sqlalchemy import event
 
 from sql_lease import SqlLeaseProvider, migrate
 from sql_lease._export import export_catalogue
-from sql_lease._statements import build_statements, quote_ident
+from sql_lease.backends.postgres.catalogue import build_catalogue, quote_ident
 from sql_lease.schema import fence_sequence_name, notify_channel
 
 NAMES = [("leases", None), ("jobs", "tenant_a"), ("t" * 40, "s" * 40)]
@@ -61,12 +61,14 @@ def test_export_is_deterministic_and_the_cli_prints_it() -> None:
 def test_rendered_statements_are_the_catalogue_of_that_table(
     table: str, schema: str | None
 ) -> None:
-    built = build_statements(table, schema)
+    built = build_catalogue(table, schema)
     exported = statements()
     assert set(exported) >= {"acquire", "get_owner", "get_lease", "release", "renew", "transfer"}
     for name, statement in exported.items():
         expected = built.renew_many(1) if name == "renew_many" else getattr(built, name)
-        assert render(statement["sql"], table, schema) == expected, name
+        assert render(statement["sql"], table, schema) == expected.sql, name
+        assert tuple(p["name"] for p in statement["params"]) == expected.params, name
+        assert tuple(c["name"] for c in statement["columns"]) == expected.columns, name
 
 
 @pytest.fixture(scope="module")

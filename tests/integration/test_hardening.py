@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -117,10 +118,16 @@ async def test_an_idle_connection_closed_underneath_is_replaced(
     assert (await provider.acquire_lease("idle\0k", "a", 30_000)).acquired
     idle = list(provider._connections._idle)
     assert idle, "an owned engine keeps its connection between calls"
-    for _, driver, _ in idle:
-        await (driver._conn.close() if provider._sqlite else driver.close())
+    for fairy, _, _ in idle:
+        await fairy.driver_connection.close()  # asyncpg's or aiosqlite's own connection
     assert await provider.get_lease_owner("idle\0k") == "a"  # a read
     assert await provider.renew_lease("idle\0k", "a", 30_000)  # a write: nothing was sent
     assert provider._connections._idle and all(
-        not d.is_closed() for _, d, _ in provider._connections._idle
+        _is_open(fairy.driver_connection) for fairy, _, _ in provider._connections._idle
     )
+
+
+def _is_open(driver: Any) -> bool:
+    if hasattr(driver, "is_closed"):  # asyncpg
+        return not driver.is_closed()
+    return getattr(driver, "_connection", None) is not None  # aiosqlite

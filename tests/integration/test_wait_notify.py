@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider
-from sql_lease._listen import Listener
-from sql_lease._wait import close_listener, hub_for
+from sql_lease._wait import hub_for
+from sql_lease.backends.postgres.listen import Listener
 
 from .._events import acquired_at, eventually
 
@@ -27,8 +27,7 @@ async def waiting_side(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """A second provider (its own engine and listener), as another process would have."""
     provider = SqlLeaseProvider.from_url(database_url, timeout=10)
     yield provider
-    await close_listener(provider)
-    await provider.aclose()
+    await provider.aclose()  # closes its listener too
 
 
 def run_sql(database_url: str, sql: str, *args: object) -> list[tuple[object, ...]]:
@@ -44,7 +43,7 @@ async def asleep(provider: SqlLeaseProvider, key: str, waiter: asyncio.Task[Any]
     """Wait until ``waiter`` has marked ``key``, its LISTEN is in place and it sleeps."""
     hub = hub_for(provider)
     listener = hub.listener
-    assert listener is not None
+    assert isinstance(listener, Listener)
     await eventually(
         lambda: (hub.sleeping(key) == 1 and listener.connected) or waiter.done(),
         f"a waiter of {key!r} asleep with LISTEN in place",
@@ -160,3 +159,37 @@ async def test_the_listener_stays_out_of_the_pool(
     assert pool.checkedout() == before  # type: ignore[attr-defined]
     await sql_provider.release_lease("k", "holder")
     assert (await waiter).acquired
+
+
+async def test_a_key_taken_between_marking_and_the_retry_is_marked_again(
+    sql_provider: SqlLeaseProvider, waiting_side: SqlLeaseProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is free when the waiter marks it wanted, and a competitor takes it before the
+    waiter's retry: the competitor's lease is marked too, so its release wakes the waiter
+    (which would otherwise sleep until the competitor's expiry)."""
+    await sql_provider.acquire_lease("k", "first", LONG)
+    real_acquire = waiting_side.acquire_lease
+    calls = 0
+    taken: list[Any] = []
+
+    async def acquire(key: str, owner: str, ttl_ms: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the retry after marking: the competitor takes the free key first
+            taken.append(await sql_provider.acquire_lease(key, "competitor", LONG))
+        result = await real_acquire(key, owner, ttl_ms)
+        if calls == 1:  # the first try failed; the holder leaves before the key is marked
+            await sql_provider.release_lease(key, "first")
+        return result
+
+    monkeypatch.setattr(waiting_side, "acquire_lease", acquire)
+    waiter = asyncio.create_task(waiting_side.wait_for_lease("k", "w", LONG, timeout_ms=PATIENT))
+    listener = await asleep(waiting_side, "k", waiter)
+    [competitor] = taken
+    assert competitor.acquired and calls == 2
+    notified = listener.notifications
+    await sql_provider.release_lease("k", "competitor")
+    got = await waiter
+    assert got.acquired and got.owner == "w"
+    assert listener.notifications > notified  # woken by the competitor's release
+    assert acquired_at(got.expires_at, LONG) < competitor.expires_at

@@ -126,11 +126,11 @@ async def call_once(provider: SqlLeaseProvider, kind: str, key: str, owner: str,
         assert lease.key == key and lease.acquired_at <= lease.expires_at
         return (lease.owner, lease.fence, us(lease.expires_at))
     if kind == "renew":
-        done = await provider._renew(key, owner, ttl)
+        done = await provider.renew(key, owner, ttl)
     elif kind == "transfer":
-        done = await provider._transfer(key, owner, to, ttl)
+        done = await provider.transfer(key, owner, to, ttl)
     else:
-        done = await provider._release(key, owner)
+        done = await provider.release(key, owner)
     return None if done is None else (done[0], us(done[1]))
 
 

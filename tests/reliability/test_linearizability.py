@@ -288,8 +288,9 @@ async def test_checker_catches_a_provider_that_ignores_expiry(
     field = MUTANTS[mutant]
     provider = SqlLeaseProvider.from_url(database_url, timeout=10)
     statement = getattr(provider._sql, field)
-    assert LIVE in statement, f"the {field} statement changed: update this mutant"
-    provider._sql = replace(provider._sql, **{field: statement.replace(LIVE, "")})
+    assert LIVE in statement.sql, f"the {field} statement changed: update this mutant"
+    mutant_statement = replace(statement, sql=statement.sql.replace(LIVE, ""))
+    provider._sql = replace(provider._sql, **{field: mutant_statement})
     try:
         cal = await calibrate(provider)
         tag = f"mutant{random.randrange(10**9)}"

@@ -192,7 +192,7 @@ class LeaseMachine(RuleBasedStateMachine):
         holder = self.holder.get(key)
         got, want = self.step(
             key,
-            lambda: self.sql._renew(key, owner, ttl),
+            lambda: self.sql.renew(key, owner, ttl),
             lambda: self.model.renew_lease(key, owner, ttl),
             live=lambda r: True if r is not None else (False if holder == owner else None),
             stamp=lambda r: None if r is None else r[1] - timedelta(milliseconds=ttl),
@@ -208,7 +208,7 @@ class LeaseMachine(RuleBasedStateMachine):
         holder = self.holder.get(key)
         got, want = self.step(
             key,
-            lambda: self.sql._transfer(key, a, b, ttl),
+            lambda: self.sql.transfer(key, a, b, ttl),
             lambda: self.model.transfer_lease(key, a, b, ttl),
             live=lambda r: True if r is not None else (False if holder == a else None),
             stamp=lambda r: None if r is None else r[1] - timedelta(milliseconds=ttl),

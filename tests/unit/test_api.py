@@ -187,7 +187,7 @@ def test_repr_never_shows_the_password() -> None:
 
 
 def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
-    from sql_lease._statements import build_statements
+    from sql_lease.sync._catalogue import build_statements
 
     sql = build_statements("my_leases", "coord")
     assert sql.table == '"coord"."my_leases"'

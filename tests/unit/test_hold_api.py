@@ -17,7 +17,7 @@ from sql_lease import (
     LeaseNotAcquired,
     SqlLeaseProvider,
 )
-from sql_lease._guard import guard_statement
+from sql_lease.sync._catalogue import guard_statement
 
 
 def test_hold_names_are_exported() -> None:

@@ -25,12 +25,12 @@ test('the committed catalogue is what `python -m sql_lease sql --json` prints no
 
 const RENDER = `
 import json, sys
-from sql_lease._statements import build_statements
+from sql_lease.backends.postgres.catalogue import build_catalogue
 out = []
 for table, schema in json.loads(sys.argv[1]):
-    s = build_statements(table, schema)
+    s = build_catalogue(table, schema)
     names = json.loads(sys.argv[2])
-    out.append({n: (s.renew_many(1) if n == "renew_many" else getattr(s, n)) for n in names}
+    out.append({n: (s.renew_many(1) if n == "renew_many" else getattr(s, n)).sql for n in names}
                | {"table": s.table, "channel": s.channel})
 print(json.dumps(out))
 `;

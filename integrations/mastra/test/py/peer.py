@@ -64,8 +64,8 @@ async def hammer(url: str, worker: str, seconds: float, seed: int, keys: list[st
     def record(op: str, key: str, owner: str, ok: bool, **fields: Any) -> None:
         events.append({"op": op, "key": key, "owner": owner, "ok": ok, "lang": "python", **fields})
 
-    # The private _renew/_transfer/_release report the database times (as the repository's
-    # own race workers use them); the public methods return only booleans.
+    # renew/transfer/release (the reporting forms) give the fence and database times; the
+    # contract methods return only booleans.
     async with SqlLeaseProvider.from_url(url, timeout=10, pool_size=4) as provider:
         await provider.now()  # connected
         print("ready", flush=True)
@@ -102,7 +102,7 @@ async def hammer(url: str, worker: str, seconds: float, seed: int, keys: list[st
             if roll < 0.5:
                 if roll < 0.13:
                     await asyncio.sleep(0.25)  # a paused owner: its lease expires meanwhile
-                renewed = await provider._renew(key, owner, ttl)
+                renewed = await provider.renew(key, owner, ttl)
                 if renewed is None:
                     held.pop(key, None)
                     record("renew", key, owner, False, fence=str(fence))
@@ -119,7 +119,7 @@ async def hammer(url: str, worker: str, seconds: float, seed: int, keys: list[st
                     )
             elif roll < 0.7:
                 to = new_owner()
-                moved = await provider._transfer(key, owner, to, ttl)
+                moved = await provider.transfer(key, owner, to, ttl)
                 if moved is None:
                     held.pop(key, None)
                     record("transfer", key, owner, False, fence=str(fence), toOwner=to)
@@ -138,7 +138,7 @@ async def hammer(url: str, worker: str, seconds: float, seed: int, keys: list[st
                     )
                     held[key] = (to, moved[0])
             elif roll < 0.9:
-                released = await provider._release(key, owner)
+                released = await provider.release(key, owner)
                 held.pop(key, None)
                 if released is not None:
                     record("release", key, owner, True, fence=str(released[0]), t=ms(released[1]))

@@ -1,4 +1,4 @@
-"""The statement catalogue: every SQL statement the provider sends, built once per table.
+"""The PostgreSQL statement catalogue: every statement the provider sends, built once per table.
 
 Each lease operation is one statement, run in autocommit; its condition is evaluated under the
 row lock that the statement takes (PostgreSQL re-checks a locked row's newest version). Time is
@@ -9,18 +9,34 @@ A release does not delete the row: it sets ``expires_at`` to now. Rows therefore
 through `purge`, which leaves rows alone until they have been expired for a grace period; that is
 what keeps fences strictly increasing per key even when an insert races a deletion (an insert
 draws its fence before it reaches the index, so it must never follow a deletion it did not see).
+Plain data: no I/O, no driver.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Final
 
-from .schema import fence_sequence_name, notify_channel
+from ...catalogue import (
+    Catalogue,
+    Statement,
+    decode_acquire,
+    decode_force_release,
+    decode_holder,
+    decode_lease,
+    decode_list_live,
+    decode_now,
+    decode_one,
+    decode_owner,
+    decode_released,
+    decode_renewal,
+    decode_renewed_pair,
+)
+from ...schema import fence_sequence_name, notify_channel
 
-__all__ = ["Statements", "build_statements", "quote_ident"]
+__all__ = ["MAX_BATCH", "build_catalogue", "guard_sql", "quote_ident"]
 
+MAX_BATCH: Final = 50_000  # pairs per renew statement
 _DERIVED = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -32,48 +48,17 @@ def quote_ident(name: str) -> str:
     return '"' + name + '"'
 
 
-@dataclass(frozen=True, slots=True)
-class Statements:
-    """SQL text for one leases table. Result columns are documented per statement."""
-
-    table: str
-    channel: str
-    #: ($1 key, $2 owner, $3 ttl_ms) -> rows (acquired, fence, expires_at, holder); see acquire.
-    acquire: str
-    #: ($1 key) -> (owner) of the live lease, or no row.
-    get_owner: str
-    #: ($1 key) -> (owner, fence, expires_at, acquired_at) of the live lease, or no row.
-    get_lease: str
-    #: ($1 key) -> (owner, fence, expires_at) of the live lease, or no row: the read an acquire
-    #: of a contended key starts with (see `_contention`).
-    holder: str
-    #: ($1 key, $2 owner) -> (fence, released_at) when a live lease of owner ended, or no row.
-    release: str
-    #: ($1 key, $2 owner, $3 ttl_ms) -> (fence, expires_at) when renewed, or no row.
-    renew: str
-    #: ($1 key, $2 from, $3 to, $4 ttl_ms) -> (fence, expires_at) when transferred, or no row.
-    transfer: str
-    #: For n pairs: the statement; its arguments come from `renew_many_args`. Rows out:
-    #: (key, owner, fence, expires_at) per renewed pair. At most `max_batch` pairs a statement.
-    renew_many: Callable[[int], str]
-    renew_many_args: Callable[[list[tuple[bytes, bytes]], int], tuple[object, ...]]
-    #: ($1 key) -> (owner, fence, released_at) when a live lease was ended, or no row.
-    force_release: str
-    #: ($1 from_key, $2 below_key or NULL, $3 limit) -> live leases in key order:
-    #: (key, owner, fence, expires_at, acquired_at, now).
-    list_live: str
-    #: ($1 min_age_ms, $2 batch) -> one row per row deleted (expired for at least min_age).
-    purge_batch: str
-    #: ($1 key, $2 wait_ms) -> (owner, fence, expires_at) of the live holder; marks the key
-    #: wanted so that its release or transfer sends a notification.
-    want: str
-    #: () -> (now) the database clock.
-    now: str
-    max_batch: int = 50_000
+def guard_sql(table: str) -> str:
+    """The guard for an already quoted table: (:key, :fence) -> one row when that fence is
+    the live fence of the key, read ``FOR SHARE`` (kept so until the transaction ends)."""
+    return (
+        f"SELECT 1 FROM {table} WHERE key = :key AND fence = :fence"
+        " AND expires_at > clock_timestamp() FOR SHARE"
+    )
 
 
-def build_statements(table_name: str, schema: str | None = None) -> Statements:
-    """Build the PostgreSQL statements for ``schema.table_name``."""
+def build_catalogue(table_name: str, schema: str | None = None) -> Catalogue:
+    """Build the PostgreSQL catalogue for ``schema.table_name``."""
     t = quote_ident(table_name)
     seq = quote_ident(fence_sequence_name(table_name))
     if schema is not None:
@@ -142,37 +127,94 @@ RETURNING l.key, l.owner, l.fence, l.expires_at
     expires_at = {expiry.format(p="$4")}
 WHERE key = $1 AND owner = $2 AND {live}"""
 
-    return Statements(
+    renew_many_statement = Statement(
+        "renew_many",
+        renew_many,
+        ("keys", "owners", "ttl_ms"),
+        ("key", "owner", "fence", "expires_at"),
+        decode_renewed_pair,
+    )
+    k, ko, kot = ("key",), ("key", "owner"), ("key", "owner", "ttl_ms")
+    return Catalogue(
+        dialect="postgresql",
         table=t,
         channel=channel,
-        acquire=acquire,
-        get_owner=f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
-        get_lease=(
-            f"SELECT owner, fence, expires_at, acquired_at FROM {t} WHERE key = $1 AND {live}"
+        acquire=Statement(
+            "acquire", acquire, kot, ("acquired", "fence", "expires_at", "holder"), decode_acquire
         ),
-        holder=f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live}",
-        release=notifying(
-            f"UPDATE {t} SET expires_at = clock_timestamp()"
-            f" WHERE key = $1 AND owner = $2 AND {live}",
-            "fence, expires_at",
+        get_owner=Statement(
+            "get_owner",
+            f"SELECT owner FROM {t} WHERE key = $1 AND {live}",
+            k,
+            ("owner",),
+            decode_owner,
         ),
-        renew=(
+        get_lease=Statement(
+            "get_lease",
+            f"SELECT owner, fence, expires_at, acquired_at FROM {t} WHERE key = $1 AND {live}",
+            k,
+            ("owner", "fence", "expires_at", "acquired_at"),
+            decode_lease,
+        ),
+        holder=Statement(
+            "holder",
+            f"SELECT owner, fence, expires_at FROM {t} WHERE key = $1 AND {live}",
+            k,
+            ("owner", "fence", "expires_at"),
+            decode_holder,
+        ),
+        release=Statement(
+            "release",
+            notifying(
+                f"UPDATE {t} SET expires_at = clock_timestamp()"
+                f" WHERE key = $1 AND owner = $2 AND {live}",
+                "fence, expires_at",
+            ),
+            ko,
+            ("fence", "expires_at", "notified"),
+            decode_released,
+        ),
+        renew=Statement(
+            "renew",
             f"UPDATE {t} SET expires_at = {expiry.format(p='$3')}"
-            f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at"
+            f" WHERE key = $1 AND owner = $2 AND {live} RETURNING fence, expires_at",
+            kot,
+            ("fence", "expires_at"),
+            decode_renewal,
         ),
-        transfer=notifying(transfer_update, "fence, expires_at"),
-        renew_many=lambda _: renew_many,
+        transfer=Statement(
+            "transfer",
+            notifying(transfer_update, "fence, expires_at"),
+            ("key", "from_owner", "to_owner", "ttl_ms"),
+            ("fence", "expires_at", "notified"),
+            decode_renewal,
+        ),
+        renew_many=lambda _: renew_many_statement,
         renew_many_args=_renew_many_args,
-        force_release=notifying(
-            f"UPDATE {t} SET expires_at = clock_timestamp() WHERE key = $1 AND {live}",
-            "owner, fence, expires_at",
+        force_release=Statement(
+            "force_release",
+            notifying(
+                f"UPDATE {t} SET expires_at = clock_timestamp() WHERE key = $1 AND {live}",
+                "owner, fence, expires_at",
+            ),
+            k,
+            ("owner", "fence", "expires_at", "notified"),
+            decode_force_release,
         ),
-        list_live=f"""
+        list_live=Statement(
+            "list_live",
+            f"""
 SELECT key, owner, fence, expires_at, acquired_at, clock_timestamp() AS now FROM {t}
 WHERE key >= $1 AND ($2::bytea IS NULL OR key < $2) AND {live}
 ORDER BY key LIMIT $3
 """.strip(),
-        purge_batch=f"""
+            ("from_key", "below_key", "limit"),
+            ("key", "owner", "fence", "expires_at", "acquired_at", "now"),
+            decode_list_live,
+        ),
+        purge_batch=Statement(
+            "purge_batch",
+            f"""
 WITH doomed AS (
     SELECT key FROM {t}
     WHERE expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
@@ -183,13 +225,25 @@ WHERE l.key = doomed.key
   AND l.expires_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
 RETURNING 1
 """.strip(),
-        want=f"""
+            ("min_age_ms", "batch"),
+            ("?column?",),
+            decode_one,
+        ),
+        want=Statement(
+            "want",
+            f"""
 UPDATE {t} SET wanted_until = GREATEST(
     wanted_until, clock_timestamp() + $2::bigint * interval '1 millisecond')
 WHERE key = $1 AND {live}
 RETURNING owner, fence, expires_at
 """.strip(),
-        now="SELECT clock_timestamp()",
+            ("key", "wait_ms"),
+            ("owner", "fence", "expires_at"),
+            decode_holder,
+        ),
+        now=Statement("now", "SELECT clock_timestamp()", (), ("clock_timestamp",), decode_now),
+        guard=Statement("guard", guard_sql(t), ("key", "fence"), ("?column?",), decode_one),
+        max_batch=MAX_BATCH,
     )
 
 

@@ -1,4 +1,4 @@
-"""The per-provider LISTEN connection that turns NOTIFYs into waiter wake-ups (PostgreSQL).
+"""PostgreSQL's wake-up source: the LISTEN connection that turns NOTIFYs into waiter wake-ups.
 
 One dedicated asyncpg connection per provider, opened lazily when the first waiter needs it:
 it is checked out of the provider's SQLAlchemy pool (so it gets the engine's connect arguments:
@@ -16,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import asyncpg
 from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
-    from .capabilities import WakeupSink
+    from sqlalchemy.pool import Pool
+
+    from ...capabilities import WakeupSink
 
 __all__ = ["HEALTH_S", "LINGER_S", "Listener"]
 
@@ -42,10 +43,11 @@ class Listener:
     ``notifications`` counts what arrived.
     """
 
-    def __init__(self, provider: Any, hub: WakeupSink) -> None:
-        self._provider = weakref.ref(provider)
+    def __init__(self, pool: Pool, channel: str, timeout: float, hub: WakeupSink) -> None:
+        self._pool = pool
+        self._timeout = timeout
         self._hub = hub
-        self._channel: str = provider._sql.channel
+        self._channel = channel
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event | None = None
         self._poke: asyncio.Event | None = None
@@ -108,13 +110,9 @@ class Listener:
                 await asyncio.sleep(_BACKOFF_S[0])  # lost while needed: a breath, then again
 
     async def _connect(self) -> asyncpg.Connection:
-        provider = self._provider()
-        if provider is None:
-            raise RuntimeError("the provider is gone")
-        pool = provider.engine.sync_engine.pool
-        async with asyncio.timeout(provider.timeout):
-            fairy = await greenlet_spawn(pool.connect)
-            conn: asyncpg.Connection = fairy.driver_connection
+        async with asyncio.timeout(self._timeout):
+            fairy = await greenlet_spawn(self._pool.connect)
+            conn = cast("asyncpg.Connection", fairy.driver_connection)
             fairy.detach()  # ours now: the pool forgets it and its slot is free
             try:
                 if conn.is_closed():
@@ -153,7 +151,7 @@ class Listener:
                 continue
             except TimeoutError:
                 pass
-            if self._hub.active and not await _healthy(conn, self._provider()):
+            if self._hub.active and not await _healthy(conn, self._timeout):
                 logger.warning("listener connection is not answering: reconnecting")
                 return
         logger.warning("listener connection lost: reconnecting")
@@ -167,10 +165,9 @@ class Listener:
         self._hub.notify(key)
 
 
-async def _healthy(conn: asyncpg.Connection, provider: Any) -> bool:
-    timeout = provider.timeout if provider is not None else 5.0
+async def _healthy(conn: asyncpg.Connection, seconds: float) -> bool:
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(seconds):
             await conn.fetchval("SELECT 1")
     except Exception:
         return False

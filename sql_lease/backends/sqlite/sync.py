@@ -2,9 +2,11 @@
 
 Connections sit in a small lock-protected pool (SQLite connections are cheap, and one per
 thread would leak with short-lived threads). Each is in autocommit (``isolation_level=None``)
-with WAL, ``synchronous`` FULL (or NORMAL) and a busy timeout at 80% of the call's timeout;
-the deadline watchdog interrupts a statement still running at 100%. Times come back as
-aware datetimes, keys and owners as bytes, exactly as from the async backend.
+and goes through the backend's start-up rule (`startup.start_sync`: ``synchronous`` FULL or
+NORMAL, a busy timeout at 80% of the call's timeout, WAL checked without an exclusive lock);
+the deadline watchdog interrupts a statement still running at 100%. A missing file is never
+created (`MissingDatabaseFile`). Times come back as aware datetimes, keys and owners as bytes,
+exactly as from the async backend.
 """
 
 from __future__ import annotations
@@ -12,34 +14,19 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from datetime import UTC, datetime
 from time import monotonic
-from typing import Any, Final, cast
+from typing import Any, cast
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..errors import LeaseDatabaseError
-from ._deadlines import Deadlines
-from ._errors import translate
+from ...errors import LeaseDatabaseError, LeaseError
+from .._thread_deadlines import Deadlines
+from .driver import parse_time
+from .errors import translate
+from .startup import connect_existing, pragmas, start_sync
 
 __all__ = ["EngineSqliteSource", "FileSqliteSource", "SqliteExecutor", "pragmas"]
-
-_SERVER_SHARE: Final = 0.8
-
-
-def pragmas(timeout: float, synchronous: bool) -> tuple[str, ...]:
-    busy_ms = max(1, round(timeout * 1000 * _SERVER_SHARE))
-    return (
-        f"PRAGMA busy_timeout = {busy_ms}",
-        "PRAGMA journal_mode = WAL",
-        f"PRAGMA synchronous = {'FULL' if synchronous else 'NORMAL'}",
-    )
-
-
-def _prepare(conn: sqlite3.Connection, settings: tuple[str, ...]) -> None:
-    for pragma in settings:
-        conn.execute(pragma).fetchall()
 
 
 class FileSqliteSource:
@@ -60,10 +47,14 @@ class FileSqliteSource:
             if self._idle:
                 return self._idle.pop(), None
         try:
-            conn = sqlite3.connect(
+            conn = connect_existing(
                 self.path, timeout=0, isolation_level=None, check_same_thread=False
             )
-            _prepare(conn, self._settings)
+            try:
+                start_sync(conn, self._settings)
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
             self._slots.release()
             raise
@@ -99,7 +90,7 @@ class EngineSqliteSource:
         try:
             conn.isolation_level = None
             if not fairy.info.get("sql_lease_prepared"):  # kept per connection by the pool
-                _prepare(conn, self._settings)
+                start_sync(conn, self._settings)
                 fairy.info["sql_lease_prepared"] = True
         except BaseException:
             fairy.invalidate()
@@ -116,12 +107,6 @@ class EngineSqliteSource:
 
     def close(self) -> None:
         pass
-
-
-def _parse(value: object) -> object:
-    if isinstance(value, str):
-        return datetime.fromisoformat(value).replace(tzinfo=UTC)
-    return value
 
 
 class SqliteExecutor:
@@ -148,6 +133,8 @@ class SqliteExecutor:
         deadline = monotonic() + seconds
         try:
             conn, token = self.source.get(deadline - monotonic())
+        except LeaseError:
+            raise
         except Exception as exc:
             raise translate(
                 exc,
@@ -187,4 +174,4 @@ class SqliteExecutor:
                 operation=operation,
             ) from exc
         self.source.put(conn, token, self._deadlines.finish(call))
-        return [tuple(_parse(v) for v in row) for row in rows]
+        return [tuple(parse_time(v) for v in row) for row in rows]

@@ -26,14 +26,35 @@ from psycopg import pq
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..errors import LeaseDatabaseError, LeaseError
-from ._deadlines import Deadlines
-from ._errors import is_broken, translate
+from ..._dberrors import Failure
+from ...errors import LeaseDatabaseError, LeaseError
+from .._thread_deadlines import Deadlines
+from .errors import classify, translate
 
-__all__ = ["EnginePgSource", "PgExecutor", "PoolPgSource"]
+__all__ = ["EnginePgSource", "PgExecutor", "PoolPgSource", "is_broken", "open_pool"]
 
 _MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up
 _CANCEL_S: Final = 1.0  # how long a cancel request may take before the socket is shut
+
+
+def is_broken(exc: BaseException) -> bool:
+    """True when ``exc`` says the connection it ran on is unusable (the backend's classifier)."""
+    return classify(exc) in (Failure.BROKEN, Failure.REFUSED, Failure.UNREACHABLE)
+
+
+def open_pool(kwargs: dict[str, Any], *, size: int, timeout: float) -> PoolPgSource:
+    """A started `psycopg_pool.ConnectionPool` (connecting in the background) as a source."""
+    pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+        kwargs=kwargs,
+        min_size=0,
+        max_size=size,
+        open=False,
+        timeout=timeout,
+        name="sql_lease",
+        reconnect_timeout=max(timeout, 30.0),
+    )
+    pool.open(wait=False)
+    return PoolPgSource(pool)
 
 
 class PoolPgSource:

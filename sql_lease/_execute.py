@@ -1,0 +1,150 @@
+"""The execution loop of the SQL provider: one statement, within its deadline, on a pooled
+connection, with failures classified by the backend and translated into `LeaseError`s."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from sqlalchemy.pool import PoolProxiedConnection
+
+from ._connections import Connections
+from ._dberrors import CONNECTION, DROP, Failure
+from ._deadlines import Deadlines
+from .backends import Backend
+from .catalogue import Catalogue
+from .errors import LeaseClosedError, LeaseDatabaseError, LeaseError
+from .observer import LeaseObserver, timed_statement
+
+__all__ = ["CANCEL_GRACE", "StatementRunner"]
+
+MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up (bounded by timeout)
+CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
+RETRY_CHECKOUT: Final = CONNECTION | {Failure.REFUSED}  # failed checkouts worth a second one
+
+
+class StatementRunner:
+    """Runs the catalogue's statements for a provider (its base class); see `_run`."""
+
+    _backend: Backend
+    _sql: Catalogue
+    _connections: Connections
+    _deadlines: Deadlines
+    _observer: LeaseObserver | None
+    _timeout: float
+    _where: str
+    _closed: bool
+    _cleanup_tasks: set[asyncio.Task[None]]
+
+    async def _run(
+        self,
+        operation: str,
+        write: bool,
+        sql: str,
+        args: tuple[object, ...],
+        seconds: float | None = None,
+        timed: bool = False,
+    ) -> list[Any]:
+        """Run ``sql`` with ``args`` within the timeout (or ``seconds``); return its rows.
+
+        Translates failures into `LeaseError`s. The deadline is enforced by the provider's
+        watchdog (see `_deadlines`): past it, the call is cancelled (the driver then cancels
+        the statement on the server too) and raises `LeaseTimeoutError`. A connection found
+        unusable before the statement was sent is replaced and the call goes on; so is one
+        that broke under a read. A write that may have reached the server is not repeated: it
+        raises with ``outcome_unknown=True``. The backend's classifier says which is which.
+
+        The statement is awaited right here, on the driver's own bound fetch, not in a helper
+        coroutine: every coroutine frame between the caller and the driver is paid again on
+        each suspension and resumption. With an observer, `_run` calls itself (``timed=True``)
+        inside `timed_statement`, which times the call and reports it; without one, observing
+        costs one test.
+        """
+        if self._closed:
+            raise LeaseClosedError(operation)
+        if self._observer is not None and not timed:
+            return await timed_statement(
+                self._observer,
+                self._backend.name,
+                operation,
+                self._run(operation, write, sql, args, seconds, True),
+            )
+        deadlines = self._deadlines
+        task = deadlines.start(self._timeout if seconds is None else seconds)
+        connections = self._connections
+        sent = False
+        try:
+            for attempt in range(MAX_CHECKOUTS):
+                pair = connections.take()
+                if pair is None:
+                    try:
+                        pair = await connections.get()
+                    except Exception as exc:
+                        # Nothing was sent yet: one more try on a fresh connection is safe.
+                        if attempt == 0 and self._backend.classify(exc) in RETRY_CHECKOUT:
+                            continue
+                        raise
+                fairy, fetch, since = pair
+                try:
+                    sent = True
+                    result: list[Any] = await fetch(sql, *args)
+                except (asyncio.CancelledError, TimeoutError):
+                    # Cancelled mid-statement: the driver has asked the server to cancel it.
+                    # Let that land before the connection is dropped, or the statement
+                    # would live on and could still apply after the caller heard "timeout".
+                    self._discard_later(fairy)
+                    raise
+                except Exception as exc:
+                    kind = self._backend.classify(exc)
+                    if kind not in DROP:
+                        await connections.put(fairy, fetch, since)
+                        raise
+                    await connections.drop(fairy)
+                    if kind is Failure.REFUSED:
+                        sent = False  # refused before sending: try the next connection
+                        continue
+                    if kind in CONNECTION and not write and attempt == 0:
+                        continue
+                    raise
+                except BaseException:
+                    await connections.drop(fairy)
+                    raise
+                if not connections.keep(fairy, fetch, since):
+                    await connections.give_back(fairy)
+                return result
+            raise LeaseDatabaseError("no usable connection", operation=operation)
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise self._backend.translate(
+                exc,
+                operation=operation,
+                where=self._where,
+                sent=sent and write,
+                table=self._sql.table,
+            ) from exc
+        except asyncio.CancelledError as exc:
+            if not deadlines.timed_out(task):
+                raise
+            error = self._backend.translate(
+                TimeoutError(f"no answer within {self._timeout} s"),
+                operation=operation,
+                where=self._where,
+                sent=sent and write,
+                table=self._sql.table,
+            )
+            raise error from exc
+        finally:
+            deadlines.finish(task)
+
+    def _discard_later(self, fairy: PoolProxiedConnection) -> None:
+        task = asyncio.get_running_loop().create_task(self._discard(fairy))
+        self._cleanup_tasks.add(task)
+        task.add_done_callback(self._cleanup_tasks.discard)
+
+    async def _discard(self, fairy: PoolProxiedConnection) -> None:
+        """Let the backend settle the cancelled statement (bounded), then drop the connection."""
+        try:
+            await self._backend.settle(fairy)
+        finally:
+            await self._connections.drop(fairy)

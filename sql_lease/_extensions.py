@@ -1,0 +1,166 @@
+"""The SQL provider's extensions beyond the contract: reporting forms of release, renew and
+transfer, batched renewal, break-glass release, listing, purging, waiting marks, the clock."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from ._contract import Lease
+from ._execute import StatementRunner
+from ._validate import (
+    Millis,
+    check_items,
+    check_limit,
+    check_millis,
+    check_name,
+    check_prefix,
+    check_ttl,
+)
+from .capabilities import Holder, Released, Renewal
+from .errors import LeaseClosedError
+
+__all__ = ["SqlExtensions", "key_owner", "transfer_args"]
+
+logger = logging.getLogger("sql_lease")
+
+
+class SqlExtensions(StatementRunner):
+    """The extension methods of `SqlLeaseProvider` (its base class)."""
+
+    async def release(self, key: str, owner: str) -> Released | None:
+        """`release_lease` that reports what it did: the `Released` fence and database time
+        it took effect, or None when ``owner`` held no live lease of ``key`` (a no-op)."""
+        statement = self._sql.release
+        rows = await self._run("release_lease", True, statement.sql, key_owner(key, owner))
+        return statement.decode(rows[0]) if rows else None
+
+    async def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
+        """`renew_lease` that reports the `Renewal` (fence, new expiry), or None when lost."""
+        args = (*key_owner(key, owner), check_ttl(ttl_ms))
+        statement = self._sql.renew
+        rows = await self._run("renew_lease", True, statement.sql, args)
+        return statement.decode(rows[0]) if rows else None
+
+    async def transfer(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+    ) -> Renewal | None:
+        """`transfer_lease` that reports the new owner's `Renewal` (its fence, the expiry),
+        or None when ``from_owner`` did not hold the lease."""
+        args = transfer_args(key, from_owner, to_owner, ttl_ms)
+        statement = self._sql.transfer
+        rows = await self._run("transfer_lease", True, statement.sql, args)
+        return statement.decode(rows[0]) if rows else None
+
+    async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
+        """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""
+        return [r is not None for r in await self.renew_many(items, ttl_ms)]
+
+    async def renew_many(
+        self, items: Iterable[tuple[str, str]], ttl_ms: Millis
+    ) -> list[Renewal | None]:
+        """Renew many ``(key, owner)`` leases; per item its `Renewal`, or None when not held."""
+        pairs = check_items(items)
+        ttl = check_ttl(ttl_ms)
+        if not pairs:
+            if self._closed:
+                raise LeaseClosedError("renew_leases")
+            return []
+        # Duplicates would match one row twice; send each pair once and fan the answer out.
+        unique = list(dict.fromkeys(pairs))
+        renewed: dict[tuple[bytes, bytes], Renewal] = {}
+        catalogue = self._sql
+        step = catalogue.max_batch
+        for start in range(0, len(unique), step):
+            chunk = unique[start : start + step]
+            statement = catalogue.renew_many(len(chunk))
+            args = catalogue.renew_many_args(chunk, ttl)
+            for row in await self._run("renew_leases", True, statement.sql, args):
+                pair, renewal = statement.decode(row)
+                renewed[pair] = renewal
+        return [renewed.get(pair) for pair in pairs]
+
+    async def force_release(self, key: str) -> bool:
+        """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
+        k = check_name("key", key)
+        statement = self._sql.force_release
+        rows = await self._run("force_release", True, statement.sql, (k,))
+        if not rows:
+            return False
+        ended = statement.decode(rows[0])
+        logger.warning(
+            "force-released lease %r held by %r (fence %d)", key, ended.owner, ended.fence
+        )
+        return True
+
+    async def list_leases(
+        self, prefix: str | None = None, *, limit: int = 100, after: str | None = None
+    ) -> list[Lease]:
+        """Live leases in key order, optionally those whose key starts with ``prefix``.
+
+        ``limit`` caps the page (1 to 10,000); pass the last key seen as ``after`` for the next.
+        """
+        low, high = check_prefix(prefix)
+        count = check_limit(limit)
+        if after is not None:
+            low = max(low, check_name("after", after) + b"\0")
+        statement = self._sql.list_live
+        rows = await self._run("list_leases", False, statement.sql, (low, high, count))
+        return [statement.decode(row) for row in rows]
+
+    async def purge_expired(
+        self,
+        *,
+        min_age_ms: Millis = 60_000,
+        batch_size: int = 1_000,
+        max_batches: int | None = None,
+    ) -> int:
+        """Delete rows expired for at least ``min_age_ms``, ``batch_size`` rows per statement.
+
+        Each batch is its own short statement that skips locked rows, so purging never blocks
+        lease traffic for long. Returns how many rows were deleted.
+        """
+        age = check_millis("min_age_ms", min_age_ms)
+        batch = check_limit(batch_size, what="batch_size", most=100_000)
+        batches = None if max_batches is None else check_limit(max_batches, "max_batches", 10**9)
+        sql = self._sql.purge_batch.sql
+        total = 0
+        done = 0
+        while batches is None or done < batches:
+            deleted = len(await self._run("purge_expired", True, sql, (age, batch)))
+            total += deleted
+            done += 1
+            if deleted < batch:
+                break
+        return total
+
+    async def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
+        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
+        k = check_name("key", key)
+        wait = check_ttl(wait_ms)
+        statement = self._sql.want
+        rows = await self._run("want", True, statement.sql, (k, wait))
+        return statement.decode(rows[0]) if rows else None
+
+    async def now(self) -> datetime:
+        """The database server's clock (the clock that judges expiry)."""
+        statement = self._sql.now
+        rows = await self._run("now", False, statement.sql, ())
+        return statement.decode(rows[0])
+
+
+def key_owner(key: str, owner: str) -> tuple[bytes, bytes]:
+    return check_name("key", key), check_name("owner", owner)
+
+
+def transfer_args(
+    key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+) -> tuple[bytes, bytes, bytes, int]:
+    k = check_name("key", key)
+    return (
+        k,
+        check_name("from_owner", from_owner),
+        check_name("to_owner", to_owner),
+        check_ttl(ttl_ms),
+    )

@@ -1,0 +1,139 @@
+"""The waiters of one provider, by key, and what wakes them (see `sql_lease._wait`).
+
+A `Hub` is the `WakeupSink` of its provider's notification channel (``listener``, a
+`WakeupSource`, when the provider is a `NotificationSource` that has one), and of the
+provider itself when it wakes its own waiters (``self_notifying``: the in-memory provider).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import UTC, datetime, timedelta
+
+from ._contract import LeaseProvider
+from .capabilities import DatabaseClock, WakeupSource
+
+__all__ = ["Hub", "Waiter"]
+
+_OFFSET_MAX_AGE_S = 30.0  # how long a measured provider clock offset is trusted
+
+
+class Waiter:
+    """One waiting call: its key, its loop, and the event that wakes it."""
+
+    __slots__ = ("event", "generation", "key", "loop", "reason", "sleeping")
+
+    def __init__(self, key: str, loop: asyncio.AbstractEventLoop) -> None:
+        self.key = key
+        self.loop = loop
+        self.event = asyncio.Event()
+        self.reason: str | None = None
+        self.generation = -1  # listener connection that covers this waiter (-1: none)
+        self.sleeping = False
+
+
+class Hub:
+    """Waiters of one provider by key (a `WakeupSink`).
+
+    ``listener`` is the provider's notification channel or None; ``self_notifying`` is True
+    when the provider wakes a waiter itself on every release, transfer and force-release (then
+    nobody polls); ``ready_within`` bounds the wait for the listener to connect, in seconds;
+    ``closed`` turns True when the provider closes (waiters then stop).
+    """
+
+    def __init__(self, *, self_notifying: bool = False, ready_within: float = 5.0) -> None:
+        self._waiters: dict[str, list[Waiter]] = {}
+        self.listener: WakeupSource | None = None
+        self.self_notifying = self_notifying
+        self.ready_within = ready_within
+        self.closed = False
+        self._offset: timedelta | None = None
+        self._offset_at = -math.inf
+
+    @property
+    def active(self) -> bool:
+        """True while anyone waits."""
+        return bool(self._waiters)
+
+    def arm(self, waiter: Waiter) -> None:
+        """Put ``waiter`` in line for its key with a cleared event."""
+        waiter.event.clear()
+        waiter.reason = None
+        line = self._waiters.setdefault(waiter.key, [])
+        if waiter not in line:
+            line.append(waiter)
+
+    def remove(self, waiter: Waiter) -> None:
+        """Take ``waiter`` out of line (it is done waiting)."""
+        line = self._waiters.get(waiter.key)
+        if line is not None and waiter in line:
+            line.remove(waiter)
+            if not line:
+                del self._waiters[waiter.key]
+        if not self._waiters and self.listener is not None:
+            self.listener.poke()
+
+    def notify(self, key: str) -> None:
+        """Wake the first waiter in line for ``key``."""
+        line = self._waiters.get(key)
+        if line:
+            waiter = line.pop(0)
+            if not line:
+                del self._waiters[key]
+            _wake(waiter, "notify")
+
+    def wake_sleepers(self) -> None:
+        """Wake every sleeping waiter (the listener reconnected: notifications may be lost)."""
+        for key in list(self._waiters):
+            line = self._waiters[key]
+            for waiter in [w for w in line if w.sleeping]:
+                line.remove(waiter)
+                _wake(waiter, "reconnect")
+            if not line:
+                del self._waiters[key]
+
+    def wake_all(self) -> None:
+        """Wake every waiter, sleeping or not."""
+        waiters = [w for line in self._waiters.values() for w in line]
+        self._waiters.clear()
+        for waiter in waiters:
+            _wake(waiter, "closed")
+
+    def sleeping(self, key: str) -> int:
+        """How many waiters of ``key`` are asleep in line, waiting for a wake-up (diagnostics;
+        tests wait on it instead of sleeping). With a listener, a waiter only sleeps once it
+        tried to listen; ``listener.connected`` tells whether it is in place."""
+        return sum(waiter.sleeping for waiter in self._waiters.get(key, ()))
+
+    def generation(self) -> int:
+        """The current listener connection's number, or -1 when not listening."""
+        listener = self.listener
+        return listener.generation if listener is not None and listener.connected else -1
+
+    async def seconds_until(self, provider: LeaseProvider, when: datetime) -> float:
+        """Seconds until ``when`` by the provider's clock (its offset measured and cached; the
+        local clock for a provider that is not a `DatabaseClock`)."""
+        loop = asyncio.get_running_loop()
+        if self._offset is None or loop.time() - self._offset_at > _OFFSET_MAX_AGE_S:
+            if isinstance(provider, DatabaseClock):
+                before = datetime.now(UTC)
+                theirs = await provider.now()
+                after = datetime.now(UTC)
+                self._offset = theirs - (before + (after - before) / 2)
+            else:
+                self._offset = timedelta(0)
+            self._offset_at = loop.time()
+        return (when - (datetime.now(UTC) + self._offset)).total_seconds()
+
+
+def _wake(waiter: Waiter, reason: str) -> None:
+    waiter.reason = reason
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is waiter.loop:
+        waiter.event.set()
+    else:
+        waiter.loop.call_soon_threadsafe(waiter.event.set)

@@ -1,0 +1,80 @@
+"""`hold`, `wait_for_lease` and the closed state, mixed into our provider classes.
+
+The mixin owns what held leases and waiting keep per provider (its `LeaseRuntime`: renewer,
+waiter hub, claims), made on first use; the provider's ``aclose`` calls `_close_lifecycle`.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from ._contract import AcquireResult, LeaseProvider
+from ._held import HeldLease, LeaseHook
+from ._runtime import RuntimeOwner
+from ._validate import Millis
+from ._wait import wait_for_lease
+from .errors import LeaseClosedError
+
+__all__ = ["LeaseLifecycle"]
+
+
+class LeaseLifecycle(RuntimeOwner):
+    """`hold`, `wait_for_lease` and the closed state for a provider class (mixed into the
+    InMemory and SQL ones, which set ``_closed`` and await `_close_lifecycle` in ``aclose``)."""
+
+    _closed: bool
+
+    @property
+    def closed(self) -> bool:
+        """True once ``aclose`` was called: every call then raises `LeaseClosedError`."""
+        return self._closed
+
+    def hold(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: Millis,
+        *,
+        renew_every_ms: Millis | None = None,
+        wait_ms: Millis = 0,
+        cancel_on_loss: bool = True,
+        on_acquired: LeaseHook | None = None,
+        on_renewed: LeaseHook | None = None,
+        on_lost: LeaseHook | None = None,
+        on_released: LeaseHook | None = None,
+    ) -> HeldLease:
+        """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
+
+        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
+        to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds ``key``
+        for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is lost.
+        Durations are ints of milliseconds or `timedelta` values.
+        """
+        if self._closed:
+            raise LeaseClosedError("hold")
+        return HeldLease(
+            cast(LeaseProvider, self),  # our provider classes implement the contract
+            key,
+            owner,
+            ttl_ms,
+            renew_every_ms=renew_every_ms,
+            wait_ms=wait_ms,
+            cancel_on_loss=cancel_on_loss,
+            on_acquired=on_acquired,
+            on_renewed=on_renewed,
+            on_lost=on_lost,
+            on_released=on_released,
+        )
+
+    async def wait_for_lease(
+        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+    ) -> AcquireResult:
+        """Acquire ``key``, waiting up to ``timeout_ms`` (ms or `timedelta`) for it to be free.
+
+        Returns the acquired result, or after the timeout the last one (naming the holder).
+        On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
+        the holder's expiry), so it does not poll; in memory a release wakes it at once; on
+        SQLite it re-checks every 50 ms and at the holder's expiry. See `sql_lease._wait`.
+        """
+        provider = cast(LeaseProvider, self)
+        return await wait_for_lease(provider, key, owner, ttl_ms, timeout_ms=timeout_ms)

@@ -1,0 +1,147 @@
+"""PostgreSQL's one classifier and translation: asyncpg, psycopg and SQLAlchemy failures.
+
+Classification is by SQLSTATE where the server gave one (asyncpg and psycopg both carry
+``sqlstate``), else by exception type, looking through SQLAlchemy's wrappers. psycopg is the
+optional `sync` extra: its types are consulted only once it has been imported (an exception
+from it cannot exist before). The caller chains the original exception as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import asyncpg
+from sqlalchemy import exc as sa_exc
+
+from ..._dberrors import Failure, chain, driver_message, migrations_hint
+from ...errors import (
+    LeaseConnectionError,
+    LeaseDatabaseError,
+    LeaseSchemaError,
+    LeaseTimeoutError,
+)
+
+__all__ = ["classify", "translate"]
+
+# SQLSTATEs whose statement certainly did not take effect: it was cancelled or never ran.
+_CANCELLED_STATES = frozenset({"57014", "55P03"})  # query_canceled, lock_not_available
+_SCHEMA_STATES = frozenset({"42P01", "42703", "42704", "42883"})  # undefined table/column/object
+# Connection exception, insufficient resources, operator intervention (shutdown), auth: the
+# connection is not trusted again (a new one costs little).
+_CONNECTION_PREFIXES = ("08", "53", "57P", "28")
+
+_REFUSED_TYPES = (
+    asyncpg.InterfaceError,  # asyncpg refuses a closed connection before sending anything
+    asyncpg.InternalClientError,  # protocol confused by a backend killed mid-handshake
+)
+_UNREACHABLE_TYPES = (OSError, sa_exc.InterfaceError, sa_exc.OperationalError)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    for link in chain(exc):
+        state = getattr(link, "sqlstate", None) or getattr(link, "pgcode", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
+def _psycopg(exc: BaseException) -> Failure | None:
+    psycopg_pool = sys.modules.get("psycopg_pool")
+    if psycopg_pool is not None:
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return Failure.POOL_TIMEOUT
+        if isinstance(exc, psycopg_pool.PoolClosed):
+            return Failure.POOL_CLOSED
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return Failure.BROKEN  # without a SQLSTATE: refused or lost connection
+    return None
+
+
+def classify(exc: BaseException) -> Failure:
+    """What ``exc`` (raised by a statement, a connect or a checkout) says happened."""
+    state = _sqlstate(exc)
+    if state is not None:
+        if state in _CANCELLED_STATES:
+            return Failure.CANCELLED
+        if state in _SCHEMA_STATES:
+            return Failure.SCHEMA
+        if state.startswith(_CONNECTION_PREFIXES):
+            return Failure.BROKEN
+        return Failure.DATABASE
+    if isinstance(exc, TimeoutError | sa_exc.TimeoutError):
+        return Failure.TIMEOUT
+    if isinstance(exc, _REFUSED_TYPES):
+        return Failure.REFUSED
+    for link in chain(exc):
+        found = _psycopg(link)
+        if found is not None:
+            return found
+        if isinstance(link, _REFUSED_TYPES + _UNREACHABLE_TYPES):
+            return Failure.UNREACHABLE
+    if isinstance(exc, asyncpg.PostgresError):
+        return Failure.DATABASE
+    return Failure.UNKNOWN
+
+
+def translate(
+    exc: BaseException,
+    *,
+    operation: str,
+    where: str,
+    sent: bool,
+    table: str,
+    timed_out: bool = False,
+) -> LeaseDatabaseError:
+    """Map ``exc`` raised while running ``operation`` to a typed error (caller chains it).
+
+    ``sent``: the statement may have reached the server, so a broken connection or a
+    client-side timeout leaves the outcome unknown. ``timed_out``: the caller's own deadline
+    interrupted the call, whatever ``exc`` says.
+    """
+    detail = driver_message(exc)
+    kind = Failure.TIMEOUT if timed_out else classify(exc)
+    if kind is Failure.CANCELLED:
+        return LeaseTimeoutError(
+            f"{operation}: the database cancelled the statement ({detail})", operation=operation
+        )
+    if kind is Failure.SCHEMA:
+        return LeaseSchemaError(
+            f"{operation}: the leases table {table} or its fence sequence is missing or "
+            f"out of date in {where} ({detail}); {migrations_hint()}",
+            operation=operation,
+        )
+    if kind is Failure.BROKEN:
+        return LeaseConnectionError(
+            f"{operation}: lost or refused connection to {where} ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.TIMEOUT:
+        return LeaseTimeoutError(
+            f"{operation}: no answer from {where} within the timeout ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.POOL_TIMEOUT:
+        return LeaseTimeoutError(
+            f"{operation}: no free connection to {where} within the timeout ({detail})",
+            operation=operation,
+        )
+    if kind is Failure.POOL_CLOSED:
+        return LeaseConnectionError(f"{operation}: the pool is closed", operation=operation)
+    if kind in (Failure.REFUSED, Failure.UNREACHABLE):
+        return LeaseConnectionError(
+            f"{operation}: cannot reach {where} ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.DATABASE:
+        return LeaseDatabaseError(
+            f"{operation}: database error in {where} ({detail})", operation=operation
+        )
+    return LeaseDatabaseError(
+        f"{operation}: database failure in {where} ({detail})",
+        operation=operation,
+        outcome_unknown=sent,
+    )

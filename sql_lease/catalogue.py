@@ -1,0 +1,149 @@
+"""The statement catalogue as plain data: what every executor runs, with no I/O and no driver.
+
+A `Catalogue` holds one `Statement` per lease operation for one table on one backend. A
+statement carries its SQL text exactly as sent, its parameter names in bind order, its result
+column names and ``decode`` (one row -> a value). The async provider, the sync provider and
+the TypeScript client (through ``sql-lease sql --json``) run these very texts.
+
+Rows are sequences whose keys and owners are ``bytes`` and whose times are aware datetimes
+(each backend's driver adaptor makes them so); the decoders below are shared by the backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from ._contract import Lease
+from .capabilities import Holder, Released, Renewal
+
+__all__ = [
+    "AcquireRow",
+    "Catalogue",
+    "LeaseRow",
+    "Row",
+    "Statement",
+    "decode_acquire",
+    "decode_force_release",
+    "decode_holder",
+    "decode_lease",
+    "decode_list_live",
+    "decode_now",
+    "decode_one",
+    "decode_owner",
+    "decode_released",
+    "decode_renewal",
+    "decode_renewed_pair",
+]
+
+T = TypeVar("T")
+Row = Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement(Generic[T]):
+    """One SQL statement: its text, parameters in bind order, result columns, row decoder."""
+
+    name: str
+    sql: str
+    params: tuple[str, ...]
+    columns: tuple[str, ...]
+    decode: Callable[[Row], T]
+
+
+class AcquireRow(NamedTuple):
+    """A row of the acquire statement: won (``acquired``), or the live ``holder`` (bytes)."""
+
+    acquired: bool
+    fence: int
+    expires_at: datetime
+    holder: bytes | None
+
+
+class LeaseRow(NamedTuple):
+    """The live lease of a key as `get_lease` reads it (the key is the caller's)."""
+
+    owner: str
+    fence: int
+    expires_at: datetime
+    acquired_at: datetime
+
+
+def decode_acquire(row: Row) -> AcquireRow:
+    return AcquireRow(bool(row[0]), row[1], row[2], row[3])
+
+
+def decode_owner(row: Row) -> str:
+    owner: bytes = row[0]
+    return owner.decode()
+
+
+def decode_holder(row: Row) -> Holder:
+    return Holder(row[0].decode(), row[1], row[2])
+
+
+def decode_lease(row: Row) -> LeaseRow:
+    return LeaseRow(row[0].decode(), row[1], row[2], row[3])
+
+
+def decode_released(row: Row) -> Released:
+    return Released(row[0], row[1])
+
+
+def decode_renewal(row: Row) -> Renewal:
+    return Renewal(row[0], row[1])
+
+
+def decode_renewed_pair(row: Row) -> tuple[tuple[bytes, bytes], Renewal]:
+    return (row[0], row[1]), Renewal(row[2], row[3])
+
+
+def decode_force_release(row: Row) -> Holder:
+    """(previous owner, its fence, when it was ended)."""
+    return Holder(row[0].decode(), row[1], row[2])
+
+
+def decode_list_live(row: Row) -> Lease:
+    return Lease(row[0].decode(), row[1].decode(), row[2], row[3], row[4])
+
+
+def decode_now(row: Row) -> datetime:
+    value: datetime = row[0]
+    return value
+
+
+def decode_one(row: Row) -> int:
+    return 1
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    """Every statement for one table on one backend (``dialect``), built once.
+
+    ``renew_many(n)`` is the statement for ``n`` pairs (at most ``max_batch``; PostgreSQL's is
+    the same for every n) and ``renew_many_args`` binds the pairs and the TTL in its order.
+    ``guard`` runs inside the caller's own transaction through SQLAlchemy, so it takes named
+    parameters (``:key``, ``:fence``); every other statement takes positional ones.
+    """
+
+    dialect: str
+    table: str
+    channel: str
+    acquire: Statement[AcquireRow]
+    holder: Statement[Holder]
+    get_owner: Statement[str]
+    get_lease: Statement[LeaseRow]
+    release: Statement[Released]
+    renew: Statement[Renewal]
+    transfer: Statement[Renewal]
+    renew_many: Callable[[int], Statement[tuple[tuple[bytes, bytes], Renewal]]]
+    renew_many_args: Callable[[list[tuple[bytes, bytes]], int], tuple[object, ...]]
+    force_release: Statement[Holder]
+    list_live: Statement[Lease]
+    purge_batch: Statement[int]
+    want: Statement[Holder]
+    now: Statement[datetime]
+    guard: Statement[int] | None
+    max_batch: int
