@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
 from collections.abc import Iterator
+from multiprocessing.pool import Pool
 from typing import Any
 
 import pytest
@@ -14,17 +16,17 @@ from sql_lease.sync import InMemoryLeaseProvider, SqlLeaseProvider
 PROVIDERS = ["memory", "postgresql", "sqlite"]
 
 
-def _sync_provider(request: pytest.FixtureRequest) -> Any:
-    if request.param == "memory":
+def _sync_provider(request: pytest.FixtureRequest, backend: str) -> Any:
+    if backend == "memory":
         return InMemoryLeaseProvider()
     url: str = request.getfixturevalue(
-        {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
+        {"postgresql": "database_url", "sqlite": "sqlite_url"}[backend]
     )
     provider = SqlLeaseProvider.from_url(url, timeout=10)
     provider.executor.run(
         "setup",
         True,
-        "DELETE FROM leases" if request.param == "sqlite" else "TRUNCATE leases",
+        "DELETE FROM leases" if backend == "sqlite" else "TRUNCATE leases",
         (),
         10,
     )
@@ -34,7 +36,7 @@ def _sync_provider(request: pytest.FixtureRequest) -> Any:
 @pytest.fixture(params=PROVIDERS)
 def sync_provider(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A sync provider with an empty leases table; closed afterwards."""
-    provider = _sync_provider(request)
+    provider = _sync_provider(request, request.param)
     yield provider
     provider.close()
 
@@ -68,3 +70,44 @@ class AsyncView:
 def provider(sync_provider: Any) -> AsyncView:
     """For the async contract cases imported from tests/contract."""
     return AsyncView(sync_provider)
+
+
+@pytest.fixture
+def every_sync_provider(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """One sync provider per backend (memory, postgresql, sqlite), each on an empty table."""
+    providers: dict[str, Any] = {}
+    try:
+        for backend in PROVIDERS:
+            providers[backend] = _sync_provider(request, backend)
+        yield providers
+    finally:
+        for p in providers.values():
+            p.close()
+
+
+def forkserver() -> multiprocessing.context.ForkServerContext:
+    """Processes forked from a server that imported the worker modules once (see worker_pool)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["tests.sync._workers", "tests.sync._history_workers"])
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def worker_pool() -> Iterator[Pool]:
+    """Eight worker processes, shared by the race, linearizability and tick tests.
+
+    A process that imports the library costs about a second of CPU: the workers are forked
+    from a fork server that imported the worker modules once (no threads, no connections: a
+    clean fork). A `multiprocessing.Pool` starts all eight at once, so eight blocking tasks
+    always run in eight different processes (the tick test relies on that).
+    """
+    pool = forkserver().Pool(8)
+    try:
+        yield pool
+    except BaseException:
+        pool.terminate()
+        raise
+    else:
+        pool.close()  # every task has returned (each test waits for its own): workers exit
+    finally:
+        pool.join()

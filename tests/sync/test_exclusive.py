@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
 import signal
 import time
 from datetime import timedelta
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,10 @@ from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
 from ._events import eventually
 from ._workers import crashing_holder, tick_runner
+from .conftest import forkserver
 
-#: Ticks of the 8-process test; CI runs 10, SQL_LEASE_EXCLUSIVE_TICKS=100 for the full bar.
-TICKS = int(os.environ.get("SQL_LEASE_EXCLUSIVE_TICKS", "10"))
+#: Ticks of the 8-process test; CI runs 5, SQL_LEASE_EXCLUSIVE_TICKS=100 for the full bar.
+TICKS = int(os.environ.get("SQL_LEASE_EXCLUSIVE_TICKS", "5"))
 
 
 def test_a_decorated_job_runs_where_the_lease_is_free_and_is_skipped_elsewhere(
@@ -135,22 +136,20 @@ def test_bad_arguments_are_refused_at_once(kwargs: dict[str, Any], exc: type[Exc
 
 
 def test_eight_processes_firing_each_tick_run_it_exactly_once(
-    database_url: str, tmp_path: Path
+    database_url: str, tmp_path: Path, worker_pool: Pool
 ) -> None:
     name = f"tick-job-{os.getpid()}-{time.monotonic_ns()}"
     interval, at_least = 1.0, 0.5  # at_least_for covers the spread of one tick's firings
     runs_dir, sync_dir = tmp_path / "runs", tmp_path / "sync"
     runs_dir.mkdir()
     sync_dir.mkdir()
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(8) as pool:
-        args = (database_url, name, TICKS, interval, at_least, str(runs_dir), str(sync_dir))
-        results = [pool.apply_async(tick_runner, args) for _ in range(8)]
-        # Every scheduler up and connected before the first tick (like replicas in service).
-        eventually(lambda: len(list(sync_dir.glob("ready-*"))) == 8, "8 schedulers ready", 90)
-        (sync_dir / "go.tmp").write_text(str(time.time() + 0.5))
-        (sync_dir / "go.tmp").rename(sync_dir / "go")
-        ran = [r.get(timeout=60 + TICKS * interval) for r in results]
+    args = (database_url, name, TICKS, interval, at_least, str(runs_dir), str(sync_dir))
+    results = [worker_pool.apply_async(tick_runner, args) for _ in range(8)]
+    # Every scheduler up and connected before the first tick (like replicas in service).
+    eventually(lambda: len(list(sync_dir.glob("ready-*"))) == 8, "8 schedulers ready", 90)
+    (sync_dir / "go.tmp").write_text(str(time.time() + 0.5))
+    (sync_dir / "go.tmp").rename(sync_dir / "go")
+    ran = [r.get(timeout=60 + TICKS * interval) for r in results]
     runs: dict[str, int] = {}
     for path in runs_dir.iterdir():
         tick = path.name.split("-")[0]
@@ -164,10 +163,11 @@ def test_a_holder_killed_with_sigkill_blocks_the_job_for_at_most_at_most_for(
     database_url: str, tmp_path: Path
 ) -> None:
     name = f"crash-job-{os.getpid()}"
-    at_most = 2.0
+    at_most = 1.0
     ready = tmp_path / "ready"
-    ctx = multiprocessing.get_context("spawn")
-    proc = ctx.Process(target=crashing_holder, args=(database_url, name, at_most, str(ready)))
+    proc = forkserver().Process(
+        target=crashing_holder, args=(database_url, name, at_most, str(ready))
+    )
     proc.start()
     try:
         eventually(ready.exists, "the holder running the job", within=60)
