@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._sqlite import counter_table_name
+from ._event_names import event_names
 from ._validate import check_identifier
+from .backends.sqlite.catalogue import counter_table_name
 from .schema import DEFAULT_TABLE, version_table_name
 
 __all__ = ["IncludeName", "exclude_leases", "include_name", "lease_table_names"]
@@ -27,11 +28,13 @@ IncludeName = Callable[[str | None, str, Mapping[str, Any]], bool]
 def lease_table_names(table_name: str = DEFAULT_TABLE) -> frozenset[str]:
     """Every table the library's migrations create for ``table_name``.
 
-    The leases table, its version table, and on SQLite the fence counter table (named like
-    PostgreSQL's fence sequence, which autogenerate does not compare).
+    The leases table, its version table, on SQLite the fence counter table (named like
+    PostgreSQL's fence sequence, which autogenerate does not compare), and on PostgreSQL the
+    event tables of revision 0003.
     """
     check_identifier("table_name", table_name)
-    return frozenset({table_name, version_table_name(table_name), counter_table_name(table_name)})
+    own = {table_name, version_table_name(table_name), counter_table_name(table_name)}
+    return frozenset(own | event_names(table_name).tables)
 
 
 def exclude_leases(

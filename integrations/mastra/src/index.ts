@@ -1,6 +1,8 @@
 /**
- * `@sql-lease/mastra`: Mastra's `LeaseProvider` on PostgreSQL, on the same leases table (and
- * with the same semantics) as the Python library sql_lease.
+ * `@sql-lease/mastra`: Mastra on PostgreSQL alone. `PostgresPubSub` carries Mastra's events in
+ * tables of sql_lease's migrations and is its `LeaseProvider`; `PostgresLeaseProvider` is the
+ * lease provider on its own, on the same leases table (and with the same semantics) as the
+ * Python library sql_lease; `withLeases` gives any other PubSub these leases.
  */
 
 import type { LeaseProvider } from '@mastra/core/events';
@@ -25,10 +27,11 @@ export {
   type Tenure,
   type ProviderOptions,
 } from './provider.js';
+export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
+export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
 export { MAX_NAME_BYTES, MAX_TTL_MS } from './validate.js';
 export { LeasingPubSub, withLeases } from './with-leases.js';
 
-// Compile-time check: the provider is a Mastra LeaseProvider (the import is type-only, so the
-// package does not load @mastra/core at run time).
+// Compile-time check: the provider is a Mastra LeaseProvider.
 const _isLeaseProvider: (p: PostgresLeaseProvider) => LeaseProvider = (p) => p;
 void _isLeaseProvider;

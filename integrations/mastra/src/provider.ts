@@ -64,7 +64,8 @@ export interface ProviderOptions {
   maxConnections?: number | undefined;
 }
 
-function describeWhere(connectionString: string): string {
+/** Where a connection string points, without any password (for messages). */
+export function describeWhere(connectionString: string): string {
   try {
     const url = new URL(connectionString);
     const user = url.username ? `${decodeURIComponent(url.username)}@` : '';
@@ -74,7 +75,8 @@ function describeWhere(connectionString: string): string {
   }
 }
 
-function poolWhere(pool: Pool): string {
+/** Where a caller's pool points, as far as its options tell, without any password. */
+export function poolWhere(pool: Pool): string {
   const options = (pool as { options?: { connectionString?: unknown; host?: unknown; port?: unknown; database?: unknown } })
     .options;
   if (typeof options?.connectionString === 'string') return describeWhere(options.connectionString);
@@ -83,6 +85,27 @@ function poolWhere(pool: Pool): string {
     return `postgresql://${String(options.host ?? 'localhost')}${port}/${String(options.database ?? '')}`;
   }
   return "the caller's pool";
+}
+
+/**
+ * The pool a provider (or PubSub) creates for a connection string: `max` connections, and
+ * `statement_timeout`/`lock_timeout` at 80% of `timeoutMs` so the server gives up first.
+ */
+export function createPool(connectionString: string, timeoutMs: number, max: number): Pool {
+  const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
+  const pool = new pg.Pool({
+    connectionString,
+    max,
+    connectionTimeoutMillis: Math.ceil(timeoutMs),
+    statement_timeout: serverMs,
+    lock_timeout: serverMs,
+    application_name: 'sql_lease_mastra',
+    allowExitOnIdle: true,
+  });
+  // An idle connection that dies is dropped by the pool; without a listener the error would
+  // crash the process.
+  pool.on('error', () => undefined);
+  return pool;
 }
 
 export class PostgresLeaseProvider {
@@ -125,19 +148,7 @@ export class PostgresLeaseProvider {
       this.#ownsPool = false;
       where = poolWhere(connection.pool);
     } else if (typeof (connection as { connectionString?: unknown }).connectionString === 'string') {
-      const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
-      this.#pool = new pg.Pool({
-        connectionString: connection.connectionString,
-        max,
-        connectionTimeoutMillis: Math.ceil(timeoutMs),
-        statement_timeout: serverMs,
-        lock_timeout: serverMs,
-        application_name: 'sql_lease_mastra',
-        allowExitOnIdle: true,
-      });
-      // An idle connection that dies is dropped by the pool; without a listener the error
-      // would crash the process.
-      this.#pool.on('error', () => undefined);
+      this.#pool = createPool(connection.connectionString, timeoutMs, max);
       this.#ownsPool = true;
       where = describeWhere(connection.connectionString);
     } else {

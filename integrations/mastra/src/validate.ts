@@ -74,3 +74,23 @@ export function checkTimeout(what: string, value: unknown): number {
   }
   return value;
 }
+
+/** Validate a topic or group name: a non-empty string of at most 1024 UTF-8 bytes, no NUL. */
+export function checkTopic(what: string, value: unknown): string {
+  checkName(what, value);
+  if ((value as string).includes('\0')) {
+    throw new LeaseRangeError(`${what} must not contain NUL (PostgreSQL text cannot store it)`);
+  }
+  return value as string;
+}
+
+/** Validate a duration option in milliseconds: an integer from `min` to 365 days. */
+export function checkMs(what: string, value: unknown, min = 1): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new LeaseTypeError(`${what} must be an integer number of milliseconds, not ${typeName(value)}`);
+  }
+  if (value < min || value > MAX_TTL_MS) {
+    throw new LeaseRangeError(`${what} must be between ${min} and ${MAX_TTL_MS} (365 days), not ${value}`);
+  }
+  return value;
+}

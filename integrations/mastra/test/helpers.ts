@@ -22,9 +22,15 @@ export const REPO_DIR = fileURLToPath(new URL('../../../../', import.meta.url));
 export const PYTHON = process.env.SQL_LEASE_PYTHON ?? `${REPO_DIR}.venv/bin/python`;
 export const SERVER = process.env.SQL_LEASE_TEST_DSN ?? 'postgresql://postgres@127.0.0.1:5432/postgres';
 
-/** Run the Python interpreter with `args` in the repository; returns its stdout. */
-export async function python(args: string[], input?: string): Promise<string> {
-  const child = run(PYTHON, args, { cwd: REPO_DIR, encoding: 'utf8', timeout: 60_000, maxBuffer: 64 << 20 });
+/** Run the Python interpreter with `args` in the repository (more `env` if given); returns stdout. */
+export async function python(args: string[], input?: string, env?: Record<string, string>): Promise<string> {
+  const child = run(PYTHON, args, {
+    cwd: REPO_DIR,
+    encoding: 'utf8',
+    timeout: 60_000,
+    maxBuffer: 64 << 20,
+    env: env === undefined ? process.env : { ...process.env, ...env },
+  });
   if (input !== undefined) child.child.stdin?.end(input);
   const { stdout } = await child;
   return stdout;
@@ -88,6 +94,20 @@ export async function createDatabase(tables: { table?: string; schema?: string }
       }
     },
   };
+}
+
+/** Run Alembic on the repository's migrations against `url` (e.g. `['downgrade', '0002']`). */
+export async function alembic(url: string, args: string[]): Promise<string> {
+  return python(['-m', 'alembic', '-c', 'alembic.ini', ...args], undefined, { SQL_LEASE_DATABASE_URL: url });
+}
+
+/** Resolve when `predicate()` holds (checked every few ms); fail after `ms` with `what`. */
+export async function until(what: string, predicate: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await predicate())) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
