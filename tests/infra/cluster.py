@@ -45,6 +45,7 @@ class WalLink:
         self.port = int(self._listener.getsockname()[1])
         self._open = threading.Event()
         self._open.set()
+        self._paused = threading.Event()  # set by the forwarder once it stopped delivering
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -52,15 +53,19 @@ class WalLink:
         self._thread.start()
 
     def stall(self) -> None:
+        """Stop delivering; returns once the forwarder has stopped (nothing sent afterwards
+        gets through until `resume`)."""
+        self._paused.clear()
         self._open.clear()
+        if not self._paused.wait(5):
+            raise RuntimeError("the WAL link did not stall")
 
     def resume(self) -> None:
         self._open.set()
 
     def cut(self) -> None:
         """Close everything for good (the standby's walreceiver then retries in vain)."""
-        self._stop.set()
-        self._open.set()
+        self._stop.set()  # not reopened: a stalled link delivers nothing more
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
@@ -70,9 +75,12 @@ class WalLink:
         try:
             while not self._stop.is_set():
                 if not self._open.is_set():
+                    self._paused.set()
                     self._open.wait(0.05)
                     continue
                 for key, _ in sel.select(0.05):
+                    if not self._open.is_set() or self._stop.is_set():
+                        break  # stalled or cut while selecting: leave the rest unread
                     sock = key.fileobj
                     assert isinstance(sock, socket.socket)
                     if sock is self._listener:
@@ -232,6 +240,20 @@ class Replicated:
                 return
             time.sleep(0.05)
         raise RuntimeError("standby did not catch up")
+
+    def wait_received_replayed(self, timeout: float = 30.0) -> None:
+        """Until the standby has replayed all the WAL it received (a synchronous commit waits for
+        the standby's flush, not its replay: a read before this can miss acknowledged writes)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            (ok,) = self.standby.query(
+                "SELECT pg_last_wal_receive_lsn() IS NULL"
+                " OR pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()"
+            )[0]
+            if ok:
+                return
+            time.sleep(0.02)
+        raise RuntimeError("standby did not replay what it received")
 
     def url(self, database: str) -> str:
         """A libpq multi-host URL (primary first) that follows the writable server."""

@@ -13,7 +13,10 @@ standby's rows just before promotion:
 - overlaps: two grants of one key, different owners, whose ownership intervals intersect
   (interval = from the grant's database time to the last acknowledged expiry, or to the start
   of its release call), with the longest intersection;
-- fence inversions: a grant of a key whose fence is lower than one granted earlier for it;
+- fence inversions: a grant of a key whose fence is not above every fence granted earlier
+  for it (earlier by database time, over the whole history: grants the old primary
+  acknowledged and lost included), except the same owner's own fence again (a re-acquire of
+  its live lease after a call whose outcome it did not learn);
 - fences handed out twice: one fence value in grants of two different (key, owner) pairs, or
   re-drawn for the same pair after the failover although the standby had lost it.
 """
@@ -35,6 +38,13 @@ from .cluster import Replicated
 
 T = TypeVar("T")
 KEYS = ("hot-a", "hot-b", "hot-c")
+SEQUENCE_BITS = 40  # migration 0004: fence = timeline << 40 | sequence value
+MASK = (1 << SEQUENCE_BITS) - 1
+
+
+def show_fence(fence: int) -> str:
+    """``timeline:sequence value``, e.g. ``1:83`` (a plain sequence value shows as ``0:83``)."""
+    return f"{fence >> SEQUENCE_BITS}:{fence & MASK}"
 
 
 def _wall() -> datetime:
@@ -56,8 +66,9 @@ class Grant:
 class Round:
     database: str = ""
     grants: list[Grant] = field(default_factory=list)
-    #: (key, kind, fence, earliest expiry, latest expiry, acknowledged at): acknowledged writes;
-    #: for a release the two expiries bound the moment it ended the lease.
+    #: (key, kind, fence, earliest expiry, latest expiry, acknowledged at): acknowledged writes,
+    #: and those whose call failed (kind "renew?", "release?": they may have committed); for a
+    #: release the two expiries bound the moment it ended the lease.
     writes: list[tuple[str, str, int, datetime, datetime, float]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     crash_at: float = 0.0
@@ -79,7 +90,9 @@ class Figures:
     slowest_call: float
 
     def line(self) -> str:
-        inv = ", ".join(f"{k}: {a} then {b}" for k, a, b in self.inversions[:3])
+        inv = ", ".join(
+            f"{k}: {show_fence(a)} then {show_fence(b)}" for k, a, b in self.inversions[:3]
+        )
         longest = max(self.overlaps, default=0.0)
         rec = "never" if self.recovered_ms is None else f"{self.recovered_ms:.0f} ms"
         return (
@@ -98,7 +111,8 @@ async def _client(
     owner = f"o-{uuid.uuid4().hex[:8]}"
     mine: dict[str, Grant] = {}
 
-    async def call(op: Awaitable[T]) -> tuple[T | None, float]:
+    async def call(op: Awaitable[T]) -> tuple[T | None, bool]:
+        """(result, acknowledged); on a `LeaseError` (None, False): the outcome is unknown."""
         t0 = time.monotonic()
         try:
             result = await op
@@ -106,13 +120,13 @@ async def _client(
             name = type(exc).__name__
             rnd.errors[name] = rnd.errors.get(name, 0) + 1
             await asyncio.sleep(0.02)
-            return None, t0
+            return None, False
         finally:
             rnd.slowest_call = max(rnd.slowest_call, time.monotonic() - t0)
         now = time.monotonic()
         if rnd.promoted_at and now > rnd.promoted_at and rnd.first_success_after is None:
             rnd.first_success_after = now - rnd.promoted_at
-        return result, t0
+        return result, True
 
     while not stop.is_set():
         key = rng.choice(KEYS)
@@ -138,21 +152,29 @@ async def _client(
         elif rng.random() < 0.7:
             renew_ttl = ttl
             started = _wall()
-            ok, _ = await call(provider.renew_lease(key, owner, renew_ttl))
+            ok, acked = await call(provider.renew_lease(key, owner, renew_ttl))
             if ok:
                 # renew_lease says only True: the new expiry lies between these two bounds
                 # (same host, so the client's clock is the server's).
                 lo = started + timedelta(milliseconds=renew_ttl)
                 hi = _wall() + timedelta(milliseconds=renew_ttl)
-                grant.end = max(grant.end, lo)
+                grant.end = lo  # the latest renewal sets the expiry (it may shorten it)
                 rnd.writes.append((key, "renew", grant.fence, lo, hi, time.monotonic()))
-            elif ok is False:
+            elif acked:
                 del mine[key]
+            else:
+                # It may have committed (and shortened the expiry): held for sure only until
+                # the earlier of the two expiries; recorded as in doubt (kind "renew?").
+                lo = started + timedelta(milliseconds=renew_ttl)
+                hi = _wall() + timedelta(milliseconds=renew_ttl)
+                grant.end = min(grant.end, lo)
+                rnd.writes.append((key, "renew?", grant.fence, lo, hi, time.monotonic()))
         else:
             started = _wall()
-            await call(provider.release_lease(key, owner))
+            _, acked = await call(provider.release_lease(key, owner))
             grant.end = min(grant.end, started)
-            rnd.writes.append((key, "release", grant.fence, started, _wall(), time.monotonic()))
+            kind = "release" if acked else "release?"
+            rnd.writes.append((key, kind, grant.fence, started, _wall(), time.monotonic()))
             del mine[key]
         await asyncio.sleep(rng.uniform(0.005, 0.03))
 
@@ -194,6 +216,8 @@ async def run_round(
         rnd.crash_at = time.monotonic()
         assert cluster.link is not None
         cluster.link.cut()
+        # Judge what the standby will come up with: everything it received, replayed.
+        await asyncio.to_thread(cluster.wait_received_replayed)
         rows = await asyncio.to_thread(
             cluster.standby.query,
             "SELECT convert_from(key, 'UTF8'), fence, expires_at FROM leases",
@@ -226,10 +250,10 @@ def analyse(rnd: Round) -> Figures:
             fence, expiry = row
             for i, (_, kind, f, lo, hi, _) in enumerate(ws, 1):
                 if fence > f or (
-                    fence == f and (expiry <= hi if kind == "release" else expiry >= lo)
+                    fence == f and (expiry <= hi if kind.startswith("release") else expiry >= lo)
                 ):
                     kept = i
-        lost = ws[kept:]
+        lost = [w for w in ws[kept:] if not w[1].endswith("?")]
         lost_writes += len(lost)
         lost_grants += sum(1 for w in lost if w[1] == "grant")
     overlaps: list[float] = []
@@ -243,11 +267,12 @@ def analyse(rnd: Round) -> Figures:
             for b in gs[i + 1 :]:
                 if a.owner != b.owner and b.start < a.end:
                     overlaps.append((min(a.end, b.end) - b.start).total_seconds() * 1000)
-        highest = 0
-        for g in sorted(gs, key=lambda g: g.acked_at):
-            if g.fence < highest:
-                inversions.append((key, highest, g.fence))
-            highest = max(highest, g.fence)
+        earlier: list[Grant] = []
+        for g in sorted(gs, key=lambda g: (g.start, g.acked_at)):
+            above = [e for e in earlier if e.fence >= g.fence]
+            if any(e.fence > g.fence or e.owner != g.owner for e in above):
+                inversions.append((key, max(e.fence for e in above), g.fence))
+            earlier.append(g)
     seen: dict[int, Grant] = {}
     duplicates = []
     for g in rnd.grants:
