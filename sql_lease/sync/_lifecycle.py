@@ -13,7 +13,6 @@ from .._contract import AcquireResult
 from .._validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._hold import HeldLease, LeaseHook
-from ._listen import Listener
 from ._renewer import Renewer
 from ._wait import Hub, wait_for
 
@@ -72,6 +71,10 @@ class SyncLifecycle:
         self._life = Lifecycle(self)
 
     def _listen_on(self, channel: str, connect_kwargs: dict[str, Any]) -> None:
+        # Imported here: the LISTEN thread needs psycopg (the `sync` extra), which a provider
+        # on SQLite, or the CLI, does not.
+        from ._listen import Listener
+
         self._life.hub.listener = Listener(channel, connect_kwargs, self._life.hub)
 
     def _self_notifying(self) -> None:

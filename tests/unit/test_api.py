@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -216,3 +220,23 @@ def test_libpq_tls_parameters_reach_asyncpg_through_its_dsn() -> None:
     shown = redact(url)
     assert "s3cret" not in shown and "pw" not in shown.split("@")[0]
     assert "sslrootcert=%2Fetc%2Fca.pem" in shown and "dsn=" not in shown
+
+
+def test_the_cli_and_the_sync_sqlite_provider_need_no_psycopg(tmp_path: Path) -> None:
+    """`scripts/demo` installs only the `cli` extra: nothing on its path may import psycopg."""
+    code = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None\n"  # an import of it now raises ImportError
+        "sys.modules['psycopg_pool'] = None\n"
+        "import sql_lease.cli._app, sql_lease.sync\n"
+        "from sql_lease import migrate\n"
+        f"url = 'sqlite:///{tmp_path / 'leases.db'}'\n"
+        "migrate.upgrade(url)\n"
+        "with sql_lease.sync.SqlLeaseProvider.from_url(url) as p:\n"
+        "    assert p.acquire_lease('k', 'o', 1000).acquired\n"
+        "    with p.hold('h', 'o', 1000):\n"
+        "        pass\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
