@@ -10,6 +10,7 @@ from typing import Any, Self
 
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import NullPool
 
 from ._connections import Connections
 from ._contention import ContentionHints
@@ -26,6 +27,7 @@ from ._validate import (
     check_name,
     check_ttl,
 )
+from ._wait import POLL_S
 from .backends import backend_for, backend_for_url
 from .capabilities import WakeupSink, WakeupSource
 from .errors import LeaseClosedError, LeaseTypeError, LeaseValueError
@@ -39,6 +41,8 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 _MAX_SECONDS = 86_400.0  # a day; PostgreSQL's statement_timeout tops out at about 24 days
 
 logger = logging.getLogger("sql_lease")
+_wait_logger = logging.getLogger("sql_lease.wait")
+POOLERS = (None, "transaction", "session")
 
 
 class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
@@ -74,6 +78,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")
         self._engine = engine
         self._owns_engine = False
+        self._pooler: str | None = None
+        self._listen_engine: AsyncEngine | None = None
         self._table_name = table_name
         self._schema = schema
         self._sql = backend.catalogue(table_name, schema)
@@ -104,6 +110,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         synchronous_commit: bool = True,
         observer: LeaseObserver | None = None,
+        pooler: str | None = None,
+        listen_url: str | URL | None = None,
         **engine_kwargs: Any,
     ) -> SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
@@ -119,30 +127,73 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         the last fraction of a second of lease changes (see the README's "Durability").
 
         ``observer`` (a `sql_lease.observer.LeaseObserver`) sees every statement and lease event.
+
+        ``pooler="transaction"`` or ``"session"``: ``url`` reaches PostgreSQL through a
+        connection pooler (PgBouncer and the like). Then only unnamed statements are used and no
+        startup parameter but ``application_name`` is sent, so the server-side timeouts are the
+        role's (``ALTER ROLE ... SET statement_timeout``; a WARNING on ``sql_lease`` at the first
+        connection says when they are off) and the client-side deadline bounds every call;
+        ``synchronous_commit=False`` is refused (it is a startup parameter).
+        ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server or
+        through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
+        if pooler not in POOLERS:
+            raise LeaseValueError(
+                f'pooler must be None, "transaction" or "session", not {pooler!r}'
+            )
         if not isinstance(synchronous_commit, bool):
             raise LeaseTypeError("synchronous_commit must be a bool")
+        if pooler is not None and not synchronous_commit:
+            raise LeaseValueError(
+                "synchronous_commit=False cannot be sent through a pooler (it is a startup "
+                "parameter): set it for the role instead (ALTER ROLE ... SET synchronous_commit "
+                "= off) and leave synchronous_commit=True"
+            )
         check_observer(observer)
         parsed = normalize_url(url)
+        listen_parsed = None if listen_url is None else normalize_url(listen_url)
         seconds = _check_seconds("timeout", timeout)
         connect_seconds = _check_seconds("connect_timeout", connect_timeout)
         check_identifier("table_name", table_name)
         if schema is not None:
             check_identifier("schema", schema)
-        connect_args = dict(engine_kwargs.pop("connect_args", {}))
-        backend_for_url(parsed).engine_arguments(
+        given_args = dict(engine_kwargs.pop("connect_args", {}))
+        connect_args = dict(given_args)
+        backend = backend_for_url(parsed)
+        if listen_parsed is not None and backend_for_url(listen_parsed) is not backend:
+            raise LeaseValueError("listen_url must be a URL of the same database kind as url")
+        backend.engine_arguments(
             connect_args,
             engine_kwargs,
             timeout=seconds,
             connect_timeout=connect_seconds,
             synchronous_commit=synchronous_commit,
+            pooler=pooler,
         )
+        listen_engine = None
+        if listen_parsed is not None:
+            listen_args = dict(given_args)
+            backend.engine_arguments(
+                listen_args,
+                {},
+                timeout=seconds,
+                connect_timeout=connect_seconds,
+                synchronous_commit=True,
+                pooler=pooler,
+            )
+            # The listener detaches its one connection from the pool: no pool to keep.
+            listen_engine = build_engine(
+                listen_parsed, connect_args=listen_args, poolclass=NullPool
+            )
         engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        backend.watch_engine(engine, timeout=seconds, pooler=pooler)
         provider = cls(
             engine, table_name=table_name, schema=schema, timeout=seconds, observer=observer
         )
         # Nobody else uses this engine: keep idle connections too (see `_connections`).
         provider._owns_engine = True
+        provider._pooler = pooler
+        provider._listen_engine = listen_engine
         provider._connections = Connections(
             engine.sync_engine.pool,
             shared=False,
@@ -195,6 +246,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             await asyncio.wait(list(self._cleanup_tasks), timeout=CANCEL_GRACE)
         if self._owns_engine:
             await self._engine.dispose()
+        if self._listen_engine is not None:
+            await self._listen_engine.dispose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -288,8 +341,20 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
 
     def wakeup_source(self, sink: WakeupSink) -> WakeupSource | None:
         """The backend's notification channel feeding ``sink`` (a LISTEN connection on
-        PostgreSQL); None on SQLite (waiters poll)."""
-        pool = self._engine.sync_engine.pool
+        PostgreSQL, on ``listen_url`` when given); None on SQLite and behind a transaction
+        pooler without ``listen_url`` (waiters poll: LISTEN needs a session)."""
+        if self._listen_engine is not None:
+            _wait_logger.info(
+                "waiters listen for notifications on %s", redact(self._listen_engine.url)
+            )
+            pool = self._listen_engine.sync_engine.pool
+        elif self._pooler == "transaction":
+            _wait_logger.info(
+                "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
+            )
+            return None
+        else:
+            pool = self._engine.sync_engine.pool
         return self._backend.wakeup_source(pool, self._sql.channel, self._timeout, sink)
 
     # -- fencing inside the caller's transaction (sql_lease._guard) ----------------------

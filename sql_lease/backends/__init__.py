@@ -83,8 +83,15 @@ class Backend(Protocol):
         timeout: float,
         connect_timeout: float,
         synchronous_commit: bool,
+        pooler: str | None = None,
     ) -> None:
-        """Fill in ``from_url``'s defaults (the caller's own entries win), in place."""
+        """Fill in ``from_url``'s defaults (the caller's own entries win), in place;
+        ``pooler`` (``"transaction"``, ``"session"``): the URL reaches a connection pooler
+        (`LeaseValueError` when the backend has none)."""
+        ...
+
+    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
+        """After ``from_url`` built ``engine``: register the backend's one-off checks on it."""
         ...
 
     def wakeup_source(

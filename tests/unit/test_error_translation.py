@@ -72,6 +72,13 @@ PG_CASES = [
         True,
     ),
     (asyncpg.exceptions.UniqueViolationError("duplicate key"), LeaseDatabaseError, False),
+    (
+        asyncpg.exceptions.ReadOnlySQLTransactionError(
+            "cannot execute UPDATE in a read-only transaction"
+        ),
+        LeaseConnectionError,
+        False,  # refused before anything applied
+    ),
     (asyncpg.InterfaceError("connection is closed"), LeaseConnectionError, True),
     (ConnectionRefusedError(111, "Connection refused"), LeaseConnectionError, True),
     (TimeoutError(), LeaseTimeoutError, True),
@@ -112,6 +119,17 @@ def test_one_sqlstate_set_decides_a_broken_postgresql_connection() -> None:
         assert dropped is (kind is LeaseConnectionError), exc
     assert pg.classify(asyncpg.InterfaceError("closed")) is Failure.REFUSED
     assert pg.classify(asyncpg.exceptions.AdminShutdownError("x")) is Failure.BROKEN
+
+
+def test_a_read_only_server_drops_the_connection_and_names_the_fix() -> None:
+    exc = asyncpg.exceptions.ReadOnlySQLTransactionError("cannot execute UPDATE")
+    assert exc.sqlstate == "25006"
+    assert pg.classify(exc) is Failure.BROKEN
+    assert pg.classify(_wrapped(exc)) is Failure.BROKEN
+    for error in (_pg(exc), _pg(_wrapped(exc))):
+        assert type(error) is LeaseConnectionError
+        assert error.outcome_unknown is False
+        assert "read-only" in str(error) and "target_session_attrs=read-write" in str(error)
 
 
 def test_a_timeout_says_so_even_when_the_driver_says_otherwise() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._dberrors import Failure
@@ -69,6 +69,7 @@ class PostgresBackend:
         timeout: float,
         connect_timeout: float,
         synchronous_commit: bool,
+        pooler: str | None = None,
     ) -> None:
         driver.engine_arguments(
             connect_args,
@@ -76,7 +77,12 @@ class PostgresBackend:
             timeout=timeout,
             connect_timeout=connect_timeout,
             synchronous_commit=synchronous_commit,
+            pooler=pooler,
         )
+
+    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
+        if pooler is not None:
+            driver.watch_server_timeouts(engine, timeout)
 
     def wakeup_source(
         self, pool: Pool, channel: str, timeout: float, sink: WakeupSink

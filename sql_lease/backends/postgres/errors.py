@@ -29,6 +29,10 @@ _SCHEMA_STATES = frozenset({"42P01", "42703", "42704", "42883"})  # undefined ta
 # Connection exception, insufficient resources, operator intervention (shutdown), auth: the
 # connection is not trusted again (a new one costs little).
 _CONNECTION_PREFIXES = ("08", "53", "57P", "28")
+# read_only_sql_transaction: the server is a standby or was demoted. The write was refused
+# before it applied; drop the connection so the next one finds the writable host (with
+# several hosts and target_session_attrs=read-write in the URL).
+_READ_ONLY_STATE = "25006"
 
 _REFUSED_TYPES = (
     asyncpg.InterfaceError,  # asyncpg refuses a closed connection before sending anything
@@ -66,7 +70,7 @@ def classify(exc: BaseException) -> Failure:
             return Failure.CANCELLED
         if state in _SCHEMA_STATES:
             return Failure.SCHEMA
-        if state.startswith(_CONNECTION_PREFIXES):
+        if state.startswith(_CONNECTION_PREFIXES) or state == _READ_ONLY_STATE:
             return Failure.BROKEN
         return Failure.DATABASE
     if isinstance(exc, TimeoutError | sa_exc.TimeoutError):
@@ -110,6 +114,14 @@ def translate(
             f"{operation}: the leases table {table} or its fence sequence is missing or "
             f"out of date in {where} ({detail}); {migrations_hint()}",
             operation=operation,
+        )
+    if kind is Failure.BROKEN and _sqlstate(exc) == _READ_ONLY_STATE:
+        return LeaseConnectionError(
+            f"{operation}: {where} is read-only (a standby or a demoted primary), nothing was "
+            f"written ({detail}); list every host in the URL with "
+            "target_session_attrs=read-write to reach the writable one",
+            operation=operation,
+            outcome_unknown=False,
         )
     if kind is Failure.BROKEN:
         return LeaseConnectionError(

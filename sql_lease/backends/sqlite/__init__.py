@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._dberrors import Failure
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
-from ...errors import LeaseDatabaseError
+from ...errors import LeaseDatabaseError, LeaseValueError
 from .. import Adaptor
 from . import driver, errors, startup
 from .catalogue import build_catalogue
@@ -71,7 +71,10 @@ class SqliteBackend:
         timeout: float,
         connect_timeout: float,
         synchronous_commit: bool,
+        pooler: str | None = None,
     ) -> None:
+        if pooler is not None:
+            raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")
         driver.engine_arguments(
             connect_args,
             engine_kwargs,
@@ -79,6 +82,9 @@ class SqliteBackend:
             connect_timeout=connect_timeout,
             synchronous_commit=synchronous_commit,
         )
+
+    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
+        return None
 
     def wakeup_source(
         self, pool: Pool, channel: str, timeout: float, sink: WakeupSink

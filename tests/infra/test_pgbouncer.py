@@ -1,0 +1,276 @@
+"""`SqlLeaseProvider.from_url(..., pooler=...)` through a real PgBouncer (issue 13).
+
+The pooler runs with its default settings (no ``ignore_startup_parameters``), in transaction
+mode with fewer server connections than clients, so server connections really move between
+clients. What is shown: every contract operation works; 64 concurrent callers get no error and
+answers consistent with one owner at a time; a statement stuck on a row lock ends with
+`LeaseTimeoutError` from the client-side deadline and the provider goes on; session mode
+works; waiting polls behind a transaction pooler or listens on ``listen_url``. The semantics
+table of ``tests/contract/test_semantics.py`` runs here through the transaction pooler too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from sql_lease import (
+    AcquireResult,
+    LeaseError,
+    LeaseTimeoutError,
+    LeaseValueError,
+    SqlLeaseProvider,
+)
+from sql_lease._wait import hub_for
+from sql_lease.backends.postgres.listen import Listener
+
+from ..contract import test_semantics
+from .pgbouncer import PgBouncer
+
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(60)]
+
+
+def through(bouncer: PgBouncer, database_url: str) -> str:
+    return bouncer.url(make_url(database_url).database or "postgres")
+
+
+def direct(database_url: str) -> psycopg.Connection[tuple[object, ...]]:
+    u = make_url(database_url)
+    return psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database)
+
+
+def truncate(database_url: str) -> None:
+    with direct(database_url) as conn:
+        conn.execute("TRUNCATE leases")
+
+
+@pytest.fixture(scope="module")
+def tx_bouncer() -> Iterator[PgBouncer]:
+    """Transaction pooling, 4 server connections, the pooler's defaults otherwise."""
+    b = PgBouncer(pool_mode="transaction", pool_size=4)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def session_bouncer() -> Iterator[PgBouncer]:
+    """Session pooling: a client keeps its server connection, so the pooler needs room for the
+    provider's whole pool (10 + 10 overflow) and its LISTEN connection."""
+    b = PgBouncer(pool_mode="session", pool_size=25)
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+async def pooled(tx_bouncer: PgBouncer, database_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    truncate(database_url)
+    provider = SqlLeaseProvider.from_url(
+        through(tx_bouncer, database_url), timeout=10, pooler="transaction"
+    )
+    yield provider
+    await provider.aclose()
+
+
+# The semantics table (SPEC §3), row by row, through the transaction pooler.
+@pytest.fixture
+def provider(pooled: SqlLeaseProvider) -> SqlLeaseProvider:
+    return pooled
+
+
+for _name, _test in vars(test_semantics).items():
+    if _name.startswith("test_") and callable(_test):
+        globals()[f"{_name}_through_pgbouncer"] = _test
+
+
+def test_pooler_is_checked_before_any_io() -> None:
+    nowhere = "postgresql://u:pw@127.0.0.1:1/db"
+    with pytest.raises(LeaseValueError, match="pooler must be"):
+        SqlLeaseProvider.from_url(nowhere, pooler="statement")
+    with pytest.raises(LeaseValueError, match="synchronous_commit=False"):
+        SqlLeaseProvider.from_url(nowhere, pooler="transaction", synchronous_commit=False)
+    with pytest.raises(LeaseValueError, match="no connection pooler"):
+        SqlLeaseProvider.from_url("sqlite:///nowhere.db", pooler="session")
+    with pytest.raises(LeaseValueError):
+        SqlLeaseProvider.from_url(nowhere, pooler="transaction", listen_url="mysql://x/y")
+
+
+async def test_every_operation_works_through_transaction_pooling_with_its_defaults(
+    pooled: SqlLeaseProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sql_lease")
+    key = "pooled\0key"
+    first = await pooled.acquire_lease(key, "a", 5000)
+    assert first.acquired and first.owner == "a" and first.fence is not None
+    assert (await pooled.acquire_lease(key, "b", 5000)).owner == "a"
+    assert await pooled.get_lease_owner(key) == "a"
+    assert await pooled.renew_lease(key, "a", timedelta(seconds=5))
+    renewal = await pooled.renew(key, "a", 5000)
+    assert renewal is not None and renewal.fence == first.fence
+    assert await pooled.transfer_lease(key, "a", "b", 5000)
+    lease = await pooled.get_lease(key)
+    assert lease is not None and lease.owner == "b" and lease.fence > first.fence
+    assert [held.key for held in await pooled.list_leases()] == [key]
+    assert await pooled.now() is not None
+    await pooled.release_lease(key, "b")
+    assert await pooled.get_lease_owner(key) is None
+    # The server-side timeouts could not be sent and the role sets none: said once, with the fix.
+    warnings = [r for r in caplog.records if r.name == "sql_lease" and "ALTER ROLE" in r.message]
+    assert len(warnings) == 1
+    assert "statement_timeout" in warnings[0].message and "lock_timeout" in warnings[0].message
+
+
+async def test_64_concurrent_callers_no_errors_and_one_owner_at_a_time(
+    pooled: SqlLeaseProvider,
+) -> None:
+    ttl = 200
+    keys = ("hot0", "hot1", "hot2")
+    answers: list[tuple[str, AcquireResult]] = []
+    errors: list[BaseException] = []
+    stop = time.monotonic() + 2.0
+
+    async def caller(i: int) -> None:
+        n = 0
+        while time.monotonic() < stop or n < 3:
+            key = keys[(i + n) % len(keys)]
+            n += 1
+            try:
+                answers.append((key, await pooled.acquire_lease(key, f"o{i}", ttl)))
+            except LeaseError as exc:
+                errors.append(exc)
+            await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(caller(i) for i in range(64)))
+    assert errors == []
+    # (key, fence) -> owner, granted at, latest expiry (database times: start = expiry - TTL)
+    grants: dict[tuple[str, int], tuple[str | None, datetime, datetime]] = {}
+    for key, result in answers:
+        assert result.fence is not None and result.expires_at is not None
+        if result.acquired:
+            start = result.expires_at - timedelta(milliseconds=ttl)
+            owner, began, ended = grants.get((key, result.fence), (result.owner, start, start))
+            assert owner == result.owner  # a fence belongs to one owner
+            grants[(key, result.fence)] = (owner, began, max(ended, result.expires_at))
+    assert {k for k, _ in grants} == set(keys)
+    for key in keys:
+        tenures = [grants[(k, f)] for k, f in sorted(grants) if k == key]
+        # Only acquires ran: the next owner can only have been granted after the last expired.
+        for (_, _, ended), (_, began, _) in itertools.pairwise(tenures):
+            assert began >= ended
+    # A refused acquire names a real holder: one that was granted that fence.
+    for key, result in answers:
+        if not result.acquired:
+            assert result.fence is not None
+            granted = grants.get((key, result.fence))
+            assert granted is not None and granted[0] == result.owner
+
+
+async def test_a_statement_stuck_on_a_row_lock_ends_by_the_client_deadline(
+    tx_bouncer: PgBouncer, database_url: str
+) -> None:
+    truncate(database_url)
+    provider = SqlLeaseProvider.from_url(
+        through(tx_bouncer, database_url), timeout=1.0, pooler="transaction"
+    )
+    try:
+        await provider.acquire_lease("locked", "a", 60_000)
+        with direct(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM leases FOR UPDATE")
+            with pytest.raises(LeaseTimeoutError) as caught:
+                await provider.renew_lease("locked", "a", 60_000)
+            blocker.rollback()
+        assert caught.value.outcome_unknown  # a write interrupted by the client: unknown
+        # The pooler and the provider go on: the next calls work.
+        assert await provider.renew_lease("locked", "a", 60_000)
+        assert await provider.get_lease_owner("locked") == "a"
+    finally:
+        await provider.aclose()
+
+
+async def test_session_pooling_works_and_waiters_listen(
+    session_bouncer: PgBouncer, database_url: str
+) -> None:
+    truncate(database_url)
+    url = through(session_bouncer, database_url)
+    provider = SqlLeaseProvider.from_url(url, timeout=10, pooler="session")
+    try:
+        first = await provider.acquire_lease("s", "a", 30_000)
+        assert first.acquired
+        assert await provider.renew_lease("s", "a", 30_000)
+        assert await provider.transfer_lease("s", "a", "b", 30_000)
+        # LISTEN works through a session pooler: the waiter is woken by the release.
+        waiter = asyncio.ensure_future(provider.wait_for_lease("s", "c", 5000, timeout_ms=20_000))
+        listener = await _asleep(provider, "s", waiter)
+        assert isinstance(listener, Listener)
+        notified = listener.notifications
+        await provider.release_lease("s", "b")
+        assert (await waiter).acquired
+        assert listener.notifications > notified
+        results = await asyncio.gather(
+            *(provider.acquire_lease(f"k{i % 4}", f"o{i}", 5000) for i in range(64)),
+            return_exceptions=True,
+        )
+        assert not [r for r in results if isinstance(r, BaseException)]
+        assert sum(1 for r in results if isinstance(r, AcquireResult) and r.acquired) == 4
+    finally:
+        await provider.aclose()
+
+
+async def test_behind_transaction_pooling_waiters_poll_and_say_so(
+    pooled: SqlLeaseProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sql_lease.wait")
+    assert (await pooled.acquire_lease("w", "a", 30_000)).acquired
+    waiter = asyncio.ensure_future(pooled.wait_for_lease("w", "b", 5000, timeout_ms=20_000))
+    assert await _asleep(pooled, "w", waiter) is None
+    await pooled.release_lease("w", "a")
+    assert (await waiter).acquired
+    polls = [r for r in caplog.records if r.name == "sql_lease.wait" and "poll" in r.message]
+    assert len(polls) == 1 and polls[0].levelno == logging.INFO
+
+
+async def test_listen_url_gives_waiters_a_direct_listener(
+    tx_bouncer: PgBouncer, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sql_lease.wait")
+    truncate(database_url)
+    provider = SqlLeaseProvider.from_url(
+        through(tx_bouncer, database_url),
+        timeout=10,
+        pooler="transaction",
+        listen_url=database_url,
+    )
+    try:
+        assert (await provider.acquire_lease("w", "a", 30_000)).acquired
+        waiter = asyncio.ensure_future(provider.wait_for_lease("w", "b", 5000, timeout_ms=20_000))
+        listener = await _asleep(provider, "w", waiter)
+        assert isinstance(listener, Listener)
+        notified = listener.notifications
+        await provider.release_lease("w", "a")
+        assert (await waiter).acquired
+        assert listener.notifications > notified  # woken by NOTIFY on the direct connection
+        assert any("listen" in r.message for r in caplog.records if r.name == "sql_lease.wait")
+    finally:
+        await provider.aclose()
+
+
+async def _asleep(
+    provider: SqlLeaseProvider, key: str, waiter: asyncio.Future[AcquireResult]
+) -> object:
+    """Wait until ``waiter`` sleeps on ``key`` (listening, if it has a listener); its listener."""
+    hub = hub_for(provider)
+    while not waiter.done():
+        listener = hub.listener
+        if hub.sleeping(key) == 1 and (listener is None or getattr(listener, "connected", False)):
+            return listener
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"the waiter finished before sleeping: {waiter.result()}")
