@@ -206,7 +206,7 @@ def _stream(
 )
 @click.option(
     "--ttl",
-    default="1s",
+    default="3s",
     show_default=True,
     callback=to_ttl,
     metavar="DURATION",
