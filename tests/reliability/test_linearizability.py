@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -235,25 +236,28 @@ def summarize(ops: list[Op]) -> Counter[str]:
     return c
 
 
-@pytest.mark.timeout(SOAK_SECONDS + 120)
-def test_histories_from_racing_processes_are_linearizable(database_url: str) -> None:
-    rng = random.Random(os.environ.get("SQL_LEASE_SEED", "linearizability"))
-    deadline = time.monotonic() + SOAK_SECONDS
+def soak_rounds(
+    play: Callable[[tuple[str, ...], int], list[Op]], *, seed: str, tag: str, seconds: float
+) -> None:
+    """Race rounds on fresh keys (``play(keys, seed)`` returns one round's history) for
+    ``seconds``, at least one round, each history judged by the checker; then check that the
+    histories exercised the contract and that the checker catches a falsified result."""
+    rng = random.Random(os.environ.get("SQL_LEASE_SEED", seed))
+    deadline = time.monotonic() + seconds
     totals: Counter[str] = Counter()
     rounds = explored = 0
     last: list[Op] = []
-    with pool(PROCESSES) as ex:
-        while rounds == 0 or time.monotonic() < deadline:
-            tag = f"lin{rng.randrange(10**9)}"
-            keys = (f"{tag}\0hot", f"{tag}\0\u00e9", f"{tag}")
-            ops = run_round(ex, database_url, keys, seed=rng.randrange(10**6))
-            assert not any(op.error for op in ops), [op.describe() for op in ops if op.error]
-            verdict = check_history(ops)
-            assert verdict.ok, verdict.report()
-            rounds += 1
-            explored += verdict.explored
-            totals += summarize(ops)
-            last = ops
+    while rounds == 0 or time.monotonic() < deadline:
+        prefix = f"{tag}{rng.randrange(10**9)}"
+        keys = (f"{prefix}\0hot", f"{prefix}\0\u00e9", f"{prefix}")
+        ops = play(keys, rng.randrange(10**6))
+        assert not any(op.error for op in ops), [op.describe() for op in ops if op.error]
+        verdict = check_history(ops)
+        assert verdict.ok, verdict.report()
+        rounds += 1
+        explored += verdict.explored
+        totals += summarize(ops)
+        last = ops
     checked = sum(totals.values())
     print(f"rounds={rounds} ops checked={checked} search nodes={explored} {dict(totals)}")
     # The histories really exercised the contract: contention, expiry, every outcome.
@@ -268,6 +272,17 @@ def test_histories_from_racing_processes_are_linearizable(database_url: str) -> 
     assert not check_history([*last, intruder]).ok
     zeroed = replace(victim, result=(True, owner, 0, exp))  # a fence no tenure ever had
     assert not check_history([zeroed if op is victim else op for op in last]).ok
+
+
+@pytest.mark.timeout(SOAK_SECONDS + 120)
+def test_histories_from_racing_processes_are_linearizable(database_url: str) -> None:
+    with pool(PROCESSES) as ex:
+        soak_rounds(
+            lambda keys, seed: run_round(ex, database_url, keys, seed=seed),
+            seed="linearizability",
+            tag="lin",
+            seconds=SOAK_SECONDS,
+        )
 
 
 # -- the checker catches real providers that break the contract ------------------------------
