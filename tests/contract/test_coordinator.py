@@ -158,11 +158,13 @@ async def test_when_transfer_and_acquire_fail_the_follow_ups_are_routed(provider
 
 
 async def test_a_long_run_keeps_its_lease_by_renewing_it(provider: Any) -> None:
-    coordinator, rec = make(provider, ttl_ms=300)
+    # Two and a half TTLs of work; the TTL leaves renewals (every 500 ms) a second of slack for
+    # a slow SQLite commit on a busy disk (300 ms once lost the lease on an idle CI machine).
+    coordinator, rec = make(provider, ttl_ms=1500)
     seen: list[str | None] = []
 
     async def outlive_the_ttl(run: Run[str]) -> None:
-        await asyncio.sleep(0.75)
+        await asyncio.sleep(3.75)
         seen.append(await provider.get_lease_owner(KEY))
 
     rec.during = outlive_the_ttl
