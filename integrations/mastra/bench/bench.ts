@@ -31,21 +31,34 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 500);
 const now = (): number => performance.timeOrigin + performance.now();
 
+interface Cell {
+  provider: number;
+  raw: number;
+  ratio: number;
+  pairedRatio: number;
+  providerCpuUsPerOp: number;
+  rawCpuUsPerOp: number;
+}
+
 function stats(samples: number[]): { median: number; p99: number; max: number } {
   const sorted = [...samples].sort((x, y) => x - y);
   const at = (q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
   return { median: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1]! };
 }
 
-async function throughput(concurrency: number, op: (i: number) => Promise<void>): Promise<number> {
+/** Ops per second of `op` run by `concurrency` callers, and this process's CPU µs per op. */
+async function throughput(concurrency: number, op: (i: number) => Promise<void>): Promise<{ ops: number; cpuUs: number }> {
   let next = 0;
+  const cpu = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
     [...Array(concurrency).keys()].map(async () => {
       for (let i = next++; i < OPS; i = next++) await op(i);
     }),
   );
-  return OPS / ((performance.now() - started) / 1000);
+  const seconds = (performance.now() - started) / 1000;
+  const used = process.cpuUsage(cpu);
+  return { ops: OPS / seconds, cpuUs: (used.user + used.system) / OPS };
 }
 
 const db = await createDatabase();
@@ -67,22 +80,31 @@ try {
     await pool.query({ text: sql.acquire, values: [key, owner, 30_000], rowMode: 'array' });
     await pool.query({ text: sql.release, values: [key, owner], rowMode: 'array' });
   };
-  const lease: Record<string, { provider: number; raw: number; ratio: number }> = {};
+  const lease: Record<string, Cell> = {};
   await throughput(8, viaProvider); // warm up both pools and the server
   round++;
   await throughput(8, viaRaw);
   // Alternating rounds, median of each side: a shared machine's noise hits both alike.
   const median = (xs: number[]): number => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
   for (const concurrency of [1, 8]) {
-    const p: number[] = [];
-    const r: number[] = [];
+    const p: { ops: number; cpuUs: number }[] = [];
+    const r: { ops: number; cpuUs: number }[] = [];
     for (let k = 0; k < ROUNDS; k++) {
       round++;
       p.push(await throughput(concurrency, viaProvider));
       round++;
       r.push(await throughput(concurrency, viaRaw));
     }
-    lease[`concurrency ${concurrency}`] = { provider: median(p), raw: median(r), ratio: median(p) / median(r) };
+    const [po, ro] = [median(p.map((x) => x.ops)), median(r.map((x) => x.ops))];
+    lease[`concurrency ${concurrency}`] = {
+      provider: po,
+      raw: ro,
+      ratio: po / ro,
+      // Per round, provider/raw of adjacent rounds: their median is less exposed to drifting load.
+      pairedRatio: median(p.map((x, i) => x.ops / r[i]!.ops)),
+      providerCpuUsPerOp: median(p.map((x) => x.cpuUs)),
+      rawCpuUsPerOp: median(r.map((x) => x.cpuUs)),
+    };
   }
   results.leaseOpsPerSecond = lease; // one op = acquire + release (two statements)
   await provider.close();
@@ -110,11 +132,14 @@ try {
   await db.drop();
 }
 
-const lease = results.leaseOpsPerSecond as Record<string, { provider: number; raw: number; ratio: number }>;
+const lease = results.leaseOpsPerSecond as Record<string, Cell>;
 const latency = results.publishToDeliverMs as { median: number; p99: number; max: number; received: number };
-console.log(`acquire+release of ${OPS} keys, median of ${ROUNDS} (ops/s)  provider    raw pg  provider/raw`);
+console.log(`acquire+release of ${OPS} keys, median of ${ROUNDS} (ops/s)  provider    raw pg  provider/raw  paired   CPU µs/op provider  raw`);
 for (const [name, row] of Object.entries(lease)) {
-  console.log(`  ${name.padEnd(34)} ${row.provider.toFixed(0).padStart(8)}  ${row.raw.toFixed(0).padStart(10)}  ${row.ratio.toFixed(2).padStart(12)}`);
+  console.log(
+    `  ${name.padEnd(34)} ${row.provider.toFixed(0).padStart(8)}  ${row.raw.toFixed(0).padStart(10)}  ${row.ratio.toFixed(2).padStart(12)}` +
+      `  ${row.pairedRatio.toFixed(2).padStart(6)}  ${row.providerCpuUsPerOp.toFixed(0).padStart(18)}  ${row.rawCpuUsPerOp.toFixed(0).padStart(4)}`,
+  );
 }
 console.log(`publish → deliver between two processes (${latency.received} events, ms)`);
 console.log(`  median ${latency.median.toFixed(2)}   p99 ${latency.p99.toFixed(2)}   max ${latency.max.toFixed(2)}`);

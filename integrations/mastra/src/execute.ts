@@ -20,8 +20,6 @@ import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './e
 /** A statement's rows, each an array of column values in the catalogue's column order. */
 export type Row = unknown[];
 
-const TIMED_OUT: unique symbol = Symbol('timed out');
-
 export interface ExecutorOptions {
   pool: Pool;
   timeoutMs: number;
@@ -46,68 +44,80 @@ export class Executor {
     return this.#timeoutMs;
   }
 
-  /** Run `text` with `values` within `ms` (default: the whole timeout); return its rows. */
-  async run(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
-    const budget = ms ?? this.#timeoutMs;
-    let timer: NodeJS.Timeout | undefined;
-    const expired = new Promise<typeof TIMED_OUT>((resolve) => {
-      timer = setTimeout(resolve, Math.max(0, budget), TIMED_OUT);
-    });
-    let sent = false;
-    try {
-      for (let attempt = 0; ; attempt++) {
-        const connecting = this.#pool.connect();
-        let client: PoolClient;
-        try {
-          const got = await Promise.race([connecting, expired]);
-          if (got === TIMED_OUT) {
-            connecting.then((c) => c.release(), () => undefined);
-            throw this.#timeout(operation, false);
-          }
-          client = got;
-        } catch (error) {
-          // Nothing was sent yet: one more try on a fresh connection is safe.
-          if (attempt === 0 && !(error instanceof LeaseTimeoutError) && isConnectionFailure(error)) continue;
-          throw error;
-        }
+  /**
+   * Run `text` with `values` within `ms` (default: the whole timeout); return its rows.
+   *
+   * Written with node-postgres's callback API (one promise per call, no races): this is the
+   * per-statement path of every lease operation, and the benchmark holds it to raw `pg`.
+   */
+  run(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
+    return new Promise<Row[]>((resolve, reject) => {
+      let settled = false;
+      let sent = false;
+      let attempt = 0;
+      /** The checkout whose statement is in flight (undefined while checking out). */
+      let current: PoolClient | undefined;
+      const fail = (error: unknown): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        reject(translate(error, { operation, where: this.#where, table: this.#table, sent: sent && write }));
+      };
+      const timer = setTimeout(() => {
+        if (settled) return;
+        const client = current;
+        if (client === undefined) return fail(this.#timeout(operation, false)); // the checkout is released when it comes
+        current = undefined;
+        const pid = (client as { processID?: unknown }).processID;
+        client.release(true); // destroy: the statement must not keep a pooled connection
+        // A backend waiting on a lock does not notice its client left: ask the server to
+        // cancel the statement too (best effort, in the background; the outcome stays unknown).
+        if (typeof pid === 'number') this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined);
+        fail(this.#timeout(operation, write));
+      }, Math.max(0, ms ?? this.#timeoutMs));
+      const query = (client: PoolClient): void => {
         sent = true;
-        const querying = client.query<Row>({ text, values, rowMode: 'array' });
-        let outcome: Awaited<typeof querying> | typeof TIMED_OUT;
-        try {
-          outcome = await Promise.race([querying, expired]);
-        } catch (error) {
+        current = client;
+        client.query<Row>({ text, values, rowMode: 'array' }, (error: Error | null | undefined, result) => {
+          if (current !== client) return; // timed out: already destroyed and reported
+          current = undefined;
+          if (!error) {
+            client.release();
+            settled = true;
+            clearTimeout(timer);
+            resolve(result.rows);
+            return;
+          }
           if (sqlState(error) !== undefined && !isConnectionFailure(error)) {
             client.release();
-            throw error;
+            return fail(error);
           }
-          client.release(error instanceof Error ? error : new Error(String(error)));
-          if (/not queryable/i.test(error instanceof Error ? error.message : '')) {
+          client.release(error);
+          if (/not queryable/i.test(error.message)) {
             sent = false; // refused before sending: the connection had died while idle
-            if (attempt < 2) continue;
+            if (attempt < 2) return checkout(++attempt);
           } else if (!write && attempt === 0) {
-            continue;
+            return checkout(++attempt);
           }
-          throw error;
-        }
-        if (outcome === TIMED_OUT) {
-          querying.catch(() => undefined);
-          const pid = (client as { processID?: unknown }).processID;
-          client.release(true); // destroy: the statement must not keep a pooled connection
-          // A backend waiting on a lock does not notice its client left: ask the server to
-          // cancel the statement too (best effort, in the background; the outcome stays unknown).
-          if (typeof pid === 'number') {
-            this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined);
+          fail(error);
+        });
+      };
+      const checkout = (n: number): void => {
+        this.#pool.connect((error: Error | null | undefined, client: PoolClient | undefined) => {
+          if (settled) {
+            client?.release();
+            return;
           }
-          throw this.#timeout(operation, write);
-        }
-        client.release();
-        return outcome.rows;
-      }
-    } catch (error) {
-      throw translate(error, { operation, where: this.#where, table: this.#table, sent: sent && write });
-    } finally {
-      clearTimeout(timer);
-    }
+          if (error || client === undefined) {
+            // Nothing was sent yet: one more try on a fresh connection is safe.
+            if (n === 0 && isConnectionFailure(error)) return checkout(++attempt);
+            return fail(error ?? new Error('the pool gave no connection'));
+          }
+          query(client);
+        });
+      };
+      checkout(0);
+    });
   }
 
   #timeout(operation: string, sent: boolean): LeaseTimeoutError {

@@ -29,6 +29,7 @@ export {
 } from './provider.js';
 export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
 export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
+export { ThreadLeases, threadTopic } from './thread-leases.js';
 export { MAX_NAME_BYTES, MAX_TTL_MS } from './validate.js';
 export { LeasingPubSub, withLeases } from './with-leases.js';
 

@@ -12,6 +12,7 @@ import pg from 'pg';
 import type { Pool } from 'pg';
 
 import { buildStatements, catalogue, type Statements } from './catalogue.js';
+import { ContentionHints } from './contention.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, type Row } from './execute.js';
 import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
@@ -90,17 +91,27 @@ export function poolWhere(pool: Pool): string {
 /**
  * The pool a provider (or PubSub) creates for a connection string: `max` connections, and
  * `statement_timeout`/`lock_timeout` at 80% of `timeoutMs` so the server gives up first.
+ *
+ * The connect timeout is set on each new connection, not on the pool: a pool-level
+ * `connectionTimeoutMillis` arms a timer on every checkout, even of an idle connection, and
+ * the executor's deadline already bounds the wait for a checkout.
  */
 export function createPool(connectionString: string, timeoutMs: number, max: number): Pool {
   const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
+  const connectMs = Math.ceil(timeoutMs);
+  class TimedClient extends pg.Client {
+    constructor(config?: pg.ClientConfig) {
+      super({ ...config, connectionTimeoutMillis: connectMs });
+    }
+  }
   const pool = new pg.Pool({
     connectionString,
     max,
-    connectionTimeoutMillis: Math.ceil(timeoutMs),
     statement_timeout: serverMs,
     lock_timeout: serverMs,
     application_name: 'sql_lease_mastra',
     allowExitOnIdle: true,
+    Client: TimedClient,
   });
   // An idle connection that dies is dropped by the pool; without a listener the error would
   // crash the process.
@@ -121,6 +132,12 @@ export class PostgresLeaseProvider {
    * its snapshot and its write (diagnostics, as the Python provider's `acquire_reruns`).
    */
   acquireReruns = 0;
+  /**
+   * How many acquires were answered by reading the holder of a contended key, without the
+   * full statement (diagnostics, as the Python provider's `acquire_reads`; see `contention.ts`).
+   */
+  acquireReads = 0;
+  readonly #hints = new ContentionHints();
 
   /**
    * Leases in `schema.table` of the database of `connectionString` (the provider creates and
@@ -174,6 +191,11 @@ export class PostgresLeaseProvider {
     return this.#run.timeoutMs;
   }
 
+  /** True once `close()` was called (every call then throws a `LeaseError`). */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
   #open(): void {
     if (this.#closed) throw new LeaseError('the PostgresLeaseProvider is closed');
   }
@@ -187,15 +209,35 @@ export class PostgresLeaseProvider {
     const o = checkName('owner', owner);
     const ttl = checkTtl('ttlMs', ttlMs);
     this.#open();
+    const hints = this.#hints;
     const started = performance.now();
-    let budget: number | undefined;
+    let budget: number | undefined; // the first statement gets the whole timeout, a second what is left
+    if (hints.contended(key)) {
+      // Look before writing (see contention.ts): a live other holder is the answer.
+      const row = (await this.#run.run('acquireLease', false, this.#sql.holder, [k]))[0];
+      if (row !== undefined && !o.equals(row[0] as Buffer)) {
+        hints.held(key);
+        this.acquireReads++;
+        return {
+          acquired: false,
+          owner: (row[0] as Buffer).toString('utf8'),
+          fence: BigInt(row[1] as string),
+          expiresAt: row[2] as Date,
+        };
+      }
+      budget = this.#run.timeoutMs - (performance.now() - started);
+    }
     for (;;) {
       const rows = await this.#run.run('acquireLease', true, this.#sql.acquire, [k, o, ttl], budget);
       for (const row of rows) {
-        if (row[0] === true) return { acquired: true, owner, fence: BigInt(row[1] as string), expiresAt: row[2] as Date };
+        if (row[0] === true) {
+          hints.free(key);
+          return { acquired: true, owner, fence: BigInt(row[1] as string), expiresAt: row[2] as Date };
+        }
       }
       const first = rows[0];
       if (first !== undefined && !o.equals(first[3] as Buffer)) {
+        hints.held(key);
         return {
           acquired: false,
           owner: (first[3] as Buffer).toString('utf8'),

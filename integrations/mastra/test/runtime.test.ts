@@ -83,7 +83,7 @@ test("a follow-up sent to the process that does not own the thread reaches the o
   assert.match(finished.text as string, /follow-up via B/);
 });
 
-test('when the owner is killed mid-run, the thread is taken over after the lease TTL', async () => {
+test('when the owner is killed mid-run, the thread is taken over after the lease TTL and its forwarded message is not lost', async () => {
   // A short thread lease (Mastra reads it from the environment) keeps the test quick.
   const env = { MASTRA_AGENT_THREAD_LEASE_TTL_MS: '2000' };
   const [c, d] = await Promise.all([MastraProcess.start(db.url, 'C', env), MastraProcess.start(db.url, 'D', env)]);
@@ -93,20 +93,45 @@ test('when the owner is killed mid-run, the thread is taken over after the lease
     assert.equal(first.action, 'wake');
     await c.waitFor('the run to call the model', (e) => e.event === 'model-call');
     assert.equal((await d.request({ op: 'owner', key })).owner, first.runId);
+    // A follow-up sent to the other process is forwarded to the owner's run, which then dies.
+    const forwarded = await d.send('sent before the crash', 'res-3', 'thread-3');
+    assert.deepEqual([forwarded.action, forwarded.runId], ['deliver', first.runId]);
+    assert.equal((await addressedTo(first.runId as string)).length, 1, 'the forwarded message is stored, addressed to the owner');
     c.kill(); // mid-run: its lease is renewed no more
     await until('the dead owner\'s lease to expire', async () => (await d.request({ op: 'owner', key })).owner === null);
     const next = await d.send('after the crash', 'res-3', 'thread-3');
     assert.equal(next.action, 'wake', JSON.stringify(next));
     assert.notEqual(next.runId, first.runId);
     assert.equal((await d.request({ op: 'owner', key })).owner, next.runId);
+    // The message forwarded to the dead run was handed to the run that took the thread over.
+    const handed = await addressedTo(next.runId as string);
+    assert.equal(handed.length, 1, JSON.stringify(handed));
+    assert.equal(handed[0]!.text, 'sent before the crash');
     await d.request({ op: 'finish', open: true });
+    await d.waitFor('the new run to process the forwarded message', (e) => e.event === 'model-call' && (e.texts as string[]).includes('sent before the crash'));
     await d.waitFor('the new run to finish', (e) => e.event === 'finished' && e.runId === next.runId);
     await until('the new lease to be released', async () => (await d.request({ op: 'owner', key })).owner === null);
+    assert.deepEqual(calls(c, 'sent before the crash'), [], 'the dead run never got to it');
   } finally {
     c.kill();
     await d.stop();
   }
 });
+
+/** The forwarded messages (`signal-enqueued` events) addressed to run `runId`, with their text. */
+async function addressedTo(runId: string): Promise<{ text: string; sourceId: string }[]> {
+  const client = await db.client();
+  try {
+    const { rows } = await client.query<{ text: string; sourceId: string }>(
+      `SELECT payload::jsonb #>> '{data,signal,contents}' AS text, payload::jsonb #>> '{data,sourceId}' AS "sourceId"
+       FROM leases_events WHERE payload->>'type' = 'signal-enqueued' AND payload->'data'->>'runId' = $1 ORDER BY id`,
+      [runId],
+    );
+    return rows;
+  } finally {
+    await client.end();
+  }
+}
 
 test('a queued follow-up run takes the lease over by transfer, with no moment where the key is free', async () => {
   // Every version of the lease row, as the database saw it (a test-only audit trigger).

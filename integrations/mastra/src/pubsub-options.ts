@@ -1,0 +1,125 @@
+/**
+ * `PostgresPubSub`'s options and connection, checked before any I/O: every value is validated
+ * here and resolved to its default, so the rest of the PubSub reads plain numbers.
+ */
+
+import pg from 'pg';
+import type { Pool } from 'pg';
+
+import { catalogue } from './catalogue.js';
+import { LeaseRangeError, LeaseTypeError } from './errors.js';
+import { createPool, DEFAULT_TIMEOUT_MS, describeWhere, poolWhere, type ConnectionOptions, type ProviderOptions } from './provider.js';
+import { checkIdentifier, checkMs, checkTimeout } from './validate.js';
+
+export interface PubSubLogger {
+  error(message: string, ...args: unknown[]): void;
+}
+
+export interface PubSubOptions extends ProviderOptions {
+  /** How long events are kept, in ms (default one day). */
+  retentionMs?: number | undefined;
+  /** How often this instance runs `cleanup()`, in ms (default 5 minutes; 0: never). */
+  cleanupIntervalMs?: number | undefined;
+  /** How long a group member has to ack an event before it goes to another, in ms (default 30 s). */
+  ackTimeoutMs?: number | undefined;
+  /** How long a nacked event waits before it is delivered again, in ms (default 100). */
+  nackDelayMs?: number | undefined;
+  /** How often subscribed topics are read even without a notification, in ms (default 2 s). */
+  pollIntervalMs?: number | undefined;
+  /** Events read per statement (default 100). */
+  batchSize?: number | undefined;
+  /** Where delivery failures are reported (default `console`). */
+  logger?: PubSubLogger | undefined;
+}
+
+export const DEFAULT_RETENTION_MS = 86_400_000;
+const DEFAULTS = {
+  cleanupIntervalMs: 300_000,
+  ackTimeoutMs: 30_000,
+  nackDelayMs: 100,
+  pollIntervalMs: 2_000,
+  batchSize: 100,
+  maxConnections: 10,
+};
+
+/** Every option, checked and defaulted. */
+export interface Settings {
+  table: string;
+  schema: string | undefined;
+  timeoutMs: number;
+  retentionMs: number;
+  cleanupIntervalMs: number;
+  ackTimeoutMs: number;
+  nackDelayMs: number;
+  pollIntervalMs: number;
+  batch: number;
+  logger: PubSubLogger;
+  maxConnections: number;
+}
+
+/** Check `options` (throws `LeaseTypeError`/`LeaseRangeError` naming the option). */
+export function settings(options: PubSubOptions): Settings {
+  if (typeof options !== 'object' || options === null) throw new LeaseTypeError('options must be an object');
+  const batch = options.batchSize ?? DEFAULTS.batchSize;
+  if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) {
+    throw new LeaseRangeError(`batchSize must be an integer from 1 to 10000, not ${String(batch)}`);
+  }
+  const logger = options.logger ?? console;
+  if (typeof logger.error !== 'function') throw new LeaseTypeError('logger must have an error() method');
+  const max = options.maxConnections ?? DEFAULTS.maxConnections;
+  if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
+  return {
+    table: checkIdentifier('table', options.table ?? catalogue.naming.default_table),
+    schema: options.schema === undefined ? undefined : checkIdentifier('schema', options.schema),
+    timeoutMs: checkTimeout('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
+    retentionMs: checkMs('retentionMs', options.retentionMs ?? DEFAULT_RETENTION_MS),
+    cleanupIntervalMs: checkMs('cleanupIntervalMs', options.cleanupIntervalMs ?? DEFAULTS.cleanupIntervalMs, 0),
+    ackTimeoutMs: checkMs('ackTimeoutMs', options.ackTimeoutMs ?? DEFAULTS.ackTimeoutMs),
+    nackDelayMs: checkMs('nackDelayMs', options.nackDelayMs ?? DEFAULTS.nackDelayMs, 0),
+    pollIntervalMs: checkMs('pollIntervalMs', options.pollIntervalMs ?? DEFAULTS.pollIntervalMs, 10),
+    batch,
+    logger,
+    maxConnections: max,
+  };
+}
+
+/** The PubSub's pool: its own for a connection string (it ends it), or the caller's (never ended). */
+export interface Connection {
+  pool: Pool;
+  ownsPool: boolean;
+  connectionString: string | undefined;
+  /** Where it points, without any password (for messages). */
+  where: string;
+}
+
+export function connect(connection: ConnectionOptions, timeoutMs: number, max: number): Connection {
+  if (typeof connection !== 'object' || connection === null) {
+    throw new LeaseTypeError('connection must be { connectionString } or { pool }');
+  }
+  if ('pool' in connection) {
+    const pool = connection.pool as unknown;
+    if (typeof pool !== 'object' || pool === null || typeof (pool as Pool).connect !== 'function') {
+      throw new LeaseTypeError('pool must be a node-postgres Pool');
+    }
+    return { pool: connection.pool, ownsPool: false, connectionString: undefined, where: poolWhere(connection.pool) };
+  }
+  if (typeof (connection as { connectionString?: unknown }).connectionString === 'string') {
+    const { connectionString } = connection;
+    return { pool: createPool(connectionString, timeoutMs, max), ownsPool: true, connectionString, where: describeWhere(connectionString) };
+  }
+  throw new LeaseTypeError('connection must be { connectionString: string } or { pool }');
+}
+
+/** The dedicated LISTEN connection: a client of its own, or a checkout of the caller's pool. */
+export async function listenConnection(connection: Connection, timeoutMs: number): Promise<pg.Client | pg.PoolClient> {
+  if (connection.connectionString === undefined) return connection.pool.connect();
+  const client = new pg.Client({
+    connectionString: connection.connectionString,
+    application_name: 'sql_lease_mastra_listen',
+    connectionTimeoutMillis: Math.ceil(timeoutMs),
+    keepAlive: true,
+  });
+  client.on('error', () => undefined); // reported through the listener's own handler
+  await client.connect();
+  return client;
+}

@@ -1,0 +1,150 @@
+/**
+ * The lease provider `PostgresPubSub` gives Mastra's signals runtime: `PostgresLeaseProvider`'s
+ * five methods, plus the handover of messages forwarded to an owner that died.
+ *
+ * How Mastra 1.71 forwards (agent/thread-stream runtime): a run that loses `acquireLease` on a
+ * thread key publishes `{ type: 'signal-enqueued', runId: <holder>, data: { type, runId:
+ * <holder>, signal, sourceId } }` on the thread's topic `agent.thread-stream.<encoded key>`;
+ * the holder's process queues it for its run only when `data.runId` is a run it owns, and only
+ * when `data.sourceId` is not its own. A run that ends publishes `run-completed` (or
+ * `run-failed`, `run-aborted`, `run-discarded`) on that topic before it releases or transfers
+ * its lease. So when the holder dies, its forwarded messages stay in the table addressed to a
+ * run nobody owns, and the next run that takes the thread ignores them.
+ *
+ * Here, when an acquire wins a thread key from another owner (read just before), and that
+ * owner's run never published a terminal event on the thread's topic (it died), the forwarded
+ * messages whose last addressee is that owner are published again, addressed to the new owner,
+ * before the acquire returns (so they are stored before the new run starts; its process
+ * subscribed to the topic before acquiring). Those re-addressed to an owner that dies in turn
+ * move on to the next one the same way. A message the dead run had already taken in is
+ * delivered again (the same signal id): at least once, never lost while retained.
+ *
+ * The order this relies on: this instance's publishes to a thread's topic commit before its
+ * release or transfer of that thread's lease (the runtime publishes the terminal event first,
+ * without awaiting it), so a run that ended normally is never mistaken for a dead one.
+ */
+
+import type { LeaseProvider } from '@mastra/core/events';
+
+import { quoteIdent } from './catalogue.js';
+import { describe } from './codec.js';
+import type { EventStatements } from './events-sql.js';
+import type { Executor } from './execute.js';
+import type { AcquireResult, PostgresLeaseProvider } from './provider.js';
+import type { PubSubLogger } from './pubsub-options.js';
+import { checkName, checkTtl } from './validate.js';
+
+/** Mastra's thread topics (`AGENT_THREAD_STREAM_TOPIC_PREFIX`, not exported by @mastra/core). */
+export const THREAD_TOPIC_PREFIX = 'agent.thread-stream';
+/** The run-ending event types of Mastra's thread topics. */
+export const TERMINAL_TYPES = ['run-completed', 'run-failed', 'run-aborted', 'run-discarded'] as const;
+/** The `sourceId` of re-addressed messages: never a process's own, so its owner admits them. */
+export const REDELIVERY_SOURCE = 'sql_lease:redelivered';
+
+/** The topic Mastra's runtime uses for the thread of lease key `key` (`resourceId\0threadId`). */
+export function threadTopic(key: string): string {
+  return `${THREAD_TOPIC_PREFIX}.${encodeURIComponent(key)}`;
+}
+
+/** The statements of the handover, for one leases table and its event tables. */
+export function handoverStatements(leasesTable: string, schema: string | undefined, events: EventStatements): {
+  previousOwner: string;
+  redeliver: string;
+} {
+  const leases = (schema === undefined ? '' : `${quoteIdent(schema)}.`) + quoteIdent(leasesTable);
+  const ev = events.qualified.events;
+  const terminal = TERMINAL_TYPES.map((t) => `'${t}'`).join(', ');
+  const signalId = "coalesce(e.payload->'data'->'signal'->>'id', e.id::text)";
+  return {
+    // $1 key → the row's owner, live or not (the tenure an acquire is about to replace).
+    previousOwner: `SELECT owner FROM ${leases} WHERE key = $1`,
+    // $1 topic, $2 the previous owner, $3 the new owner → the re-addressed events' ids. Does
+    // nothing (the scan is skipped) when $2's run published a terminal event on the topic.
+    // A run's end is among the newest events of its topic (it is published right before the
+    // release): those are looked at first, newest first, and the rest only if it is not there.
+    redeliver: `WITH ended AS (
+  (SELECT 1 FROM (SELECT e.payload FROM ${ev} AS e WHERE e.topic = $1 ORDER BY e.id DESC LIMIT 256) AS recent
+   WHERE recent.payload->>'runId' = $2::text AND recent.payload->>'type' IN (${terminal}))
+  UNION ALL
+  (SELECT 1 FROM ${ev} AS e WHERE e.topic = $1 AND e.payload->>'runId' = $2::text AND e.payload->>'type' IN (${terminal}))
+  LIMIT 1
+), latest AS (
+  SELECT DISTINCT ON (${signalId}) e.id, e.payload::jsonb AS p FROM ${ev} AS e
+  WHERE e.topic = $1 AND e.payload->>'type' = 'signal-enqueued' AND NOT EXISTS (SELECT FROM ended)
+  ORDER BY ${signalId}, e.id DESC
+)
+INSERT INTO ${ev} (topic, payload)
+SELECT $1, (jsonb_set(p, '{runId}', to_jsonb($3::text)) || jsonb_build_object('data', (p->'data') ||
+  jsonb_build_object('runId', $3::text, 'sourceId', '${REDELIVERY_SOURCE}', 'preRun', false)))::json
+FROM latest WHERE p->'data'->>'runId' = $2::text ORDER BY id
+RETURNING id`,
+  };
+}
+
+export interface ThreadLeasesOptions {
+  leases: PostgresLeaseProvider;
+  run: Executor;
+  statements: ReturnType<typeof handoverStatements>;
+  /** Resolves when this instance's publishes to `topic` that started before the call settled. */
+  published: (topic: string) => Promise<void>;
+  logger: PubSubLogger;
+}
+
+/** Mastra's `LeaseProvider` with the handover of forwarded messages (see the module comment). */
+export class ThreadLeases implements LeaseProvider {
+  readonly #o: ThreadLeasesOptions;
+  /** Forwarded messages re-addressed to a new owner so far (diagnostics). */
+  redelivered = 0;
+
+  constructor(options: ThreadLeasesOptions) {
+    this.#o = options;
+  }
+
+  async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+    const { leases, run, statements } = this.#o;
+    const k = checkName('key', key);
+    checkName('owner', owner);
+    checkTtl('ttlMs', ttlMs);
+    if (!key.includes('\0') || leases.closed) return leases.acquireLease(key, owner, ttlMs); // not a thread key
+    const row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
+    const result = await leases.acquireLease(key, owner, ttlMs);
+    const previous = row === undefined ? undefined : (row[0] as Buffer).toString('utf8');
+    if (result.acquired && previous !== undefined && previous !== owner) await this.#redeliver(key, previous, owner);
+    return result;
+  }
+
+  async #redeliver(key: string, previous: string, owner: string): Promise<void> {
+    const topic = threadTopic(key);
+    try {
+      const rows = await this.#o.run.run('acquireLease', true, this.#o.statements.redeliver, [topic, previous, owner]);
+      this.redelivered += rows.length;
+    } catch (error) {
+      // The lease is won either way; the messages stay addressed to the dead owner.
+      this.#o.logger.error(`[PostgresPubSub] handing the messages of ${previous} on ${topic} to ${owner} failed`, describe(error));
+    }
+  }
+
+  getLeaseOwner(key: string): Promise<string | undefined> {
+    return this.#o.leases.getLeaseOwner(key);
+  }
+
+  async releaseLease(key: string, owner: string): Promise<void> {
+    checkName('key', key);
+    checkName('owner', owner);
+    await this.#o.published(threadTopic(key));
+    await this.#o.leases.releaseLease(key, owner);
+  }
+
+  renewLease(key: string, owner: string, ttlMs: number): Promise<boolean> {
+    return this.#o.leases.renewLease(key, owner, ttlMs);
+  }
+
+  async transferLease(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<boolean> {
+    checkName('key', key);
+    checkName('fromOwner', fromOwner);
+    checkName('toOwner', toOwner);
+    checkTtl('ttlMs', ttlMs);
+    await this.#o.published(threadTopic(key));
+    return this.#o.leases.transferLease(key, fromOwner, toOwner, ttlMs);
+  }
+}
