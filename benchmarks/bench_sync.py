@@ -3,6 +3,7 @@
     python benchmarks/bench_sync.py                          # 1 and 16 threads, 5 rounds of 5 s
     python benchmarks/bench_sync.py --duration 2 --rounds 3
     python benchmarks/bench_sync.py --quick                  # smoke run, every path, a few s
+    python benchmarks/bench_sync.py --publish                # also results.md + ratios.png
 
 The floor ("raw") is what the provider does minus the provider: a psycopg 3 pool with the
 provider's connection settings (autocommit, the same ``statement_timeout``/``lock_timeout``
@@ -11,7 +12,11 @@ the statements of the provider's own catalogue (``provider.statements``) with th
 arguments. Cells: ``lifecycle`` (acquire -> renew -> transfer -> release per key) and ``read``
 (``get_lease_owner`` of held keys). Rounds alternate which implementation goes first; the
 ratio is the median of the per-round ratios library / raw. Bars: >= 0.9x at 1 thread,
->= 0.8x at 16. Writes a table to stdout and ``--json`` (default benchmarks/results_sync.json).
+>= 0.8x at 16. Each round also records the client's CPU time per operation (this process, all
+threads), which a loaded machine disturbs less than throughput. Writes a table to stdout and
+``--json`` (default benchmarks/results/sync_latest.json); ``--publish`` writes
+benchmarks/results_sync.json and puts the results in benchmarks/results.md (their own
+section) and benchmarks/ratios.png (bars labelled "sync"), next to bench.py's.
 
 PostgreSQL: ``--pg-url``, else ``$SQL_LEASE_BENCH_DSN``, else the local server; the benchmark
 creates (and afterwards drops) its own scratch database, migrated by `sql_lease.migrate`.
@@ -35,6 +40,8 @@ from typing import Any, Protocol
 
 import psycopg
 import psycopg_pool
+from _report import write_chart, write_json
+from _sync_report import HEADING, SYNC_JSON, published_bars, sync_section
 from sqlalchemy.engine import make_url
 
 from sql_lease import migrate
@@ -170,8 +177,8 @@ def read(ops: Leases, worker: int, deadline: float, keys: int = READ_KEYS) -> tu
 CELLS = ("lifecycle", "read")
 
 
-def measure(ops: Leases, work: Work, threads: int, seconds: float) -> tuple[float, int]:
-    """Operations per second of ``threads`` threads running ``work`` for ``seconds``."""
+def measure(ops: Leases, work: Work, threads: int, seconds: float) -> tuple[float, float, int]:
+    """``threads`` threads running ``work`` for ``seconds``: ops/s, client CPU µs/op, anomalies."""
     results: list[tuple[int, int]] = []
     lock = threading.Lock()
     start = threading.Barrier(threads + 1)
@@ -187,12 +194,13 @@ def measure(ops: Leases, work: Work, threads: int, seconds: float) -> tuple[floa
     for t in pool:
         t.start()
     deadline[0] = time.perf_counter() + seconds
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     start.wait()
     for t in pool:
         t.join()
-    elapsed = time.perf_counter() - began
-    return sum(d for d, _ in results) / elapsed, sum(b for _, b in results)
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
+    done = sum(d for d, _ in results)
+    return done / elapsed, cpu / max(done, 1) * 1e6, sum(b for _, b in results)
 
 
 def scratch(admin: str) -> tuple[str, str]:
@@ -212,6 +220,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     admin = make_url(args.pg_url).set(drivername="postgresql").render_as_string(False)
     name, dsn = scratch(admin)
     load_before = os.getloadavg()
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rows: list[dict[str, Any]] = []
     try:
         migrate.upgrade(dsn)
@@ -233,12 +242,16 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
                     for ops in impls.values():  # warm-up: connections open, caches hot
                         measure(ops, cells[cell], threads, min(0.3, args.duration))
                     per: dict[str, list[float]] = {"library": [], "raw": []}
+                    cpu: dict[str, list[float]] = {"library": [], "raw": []}
                     anomalies = 0
                     for r in range(args.rounds):
                         order = ["library", "raw"] if r % 2 == 0 else ["raw", "library"]
                         for impl in order:
-                            rate, bad = measure(impls[impl], cells[cell], threads, args.duration)
+                            rate, us, bad = measure(
+                                impls[impl], cells[cell], threads, args.duration
+                            )
                             per[impl].append(rate)
+                            cpu[impl].append(us)
                             anomalies += bad
                     ratios = [
                         lib / raw for lib, raw in zip(per["library"], per["raw"], strict=True)
@@ -248,12 +261,18 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
                         "threads": threads,
                         "library_ops_s": per["library"],
                         "raw_ops_s": per["raw"],
+                        "cpu_us_per_op": cpu,
                         "ratio": statistics.median(ratios),
                         "bar": BARS.get(threads),
                         "anomalies": anomalies,
                     }
                     rows.append(row)
-                    log(f"{cell} x{threads}: ratio {row['ratio']:.3f}")
+                    log(
+                        f"{cell} x{threads}: ratio {row['ratio']:.3f} (rounds"
+                        f" {min(ratios):.2f}-{max(ratios):.2f}), CPU/op library"
+                        f" {statistics.median(cpu['library']):.0f} µs, raw"
+                        f" {statistics.median(cpu['raw']):.0f} µs"
+                    )
                 finally:
                     for ops in impls.values():
                         ops.close()
@@ -261,6 +280,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
         drop(admin, name)
     return {
         "benchmark": "sync provider vs raw psycopg (same SQL)",
+        "started": started,
         "quick": args.quick,
         "duration_s": args.duration,
         "rounds": args.rounds,
@@ -277,21 +297,44 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     lines = [
-        "| cell | threads | library ops/s | raw psycopg ops/s | ratio | bar | anomalies |",
-        "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| cell | threads | library ops/s | raw psycopg ops/s | ratio | rounds | bar |"
+        " CPU/op library | CPU/op raw | anomalies |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |",
     ]
     for r in report["results"]:
         bar = r["bar"]
         verdict = "-" if bar is None else f">= {bar}x {'ok' if r['ratio'] >= bar else 'MISSED'}"
+        ratios = [a / b for a, b in zip(r["library_ops_s"], r["raw_ops_s"], strict=True)]
+        cpu = r["cpu_us_per_op"]
         lines.append(
             f"| {r['cell']} | {r['threads']} | {statistics.median(r['library_ops_s']):,.0f} | "
-            f"{statistics.median(r['raw_ops_s']):,.0f} | {r['ratio']:.3f}x | {verdict} | "
+            f"{statistics.median(r['raw_ops_s']):,.0f} | {r['ratio']:.3f}x | "
+            f"{min(ratios):.2f}-{max(ratios):.2f} | {verdict} | "
+            f"{statistics.median(cpu['library']):.0f} µs | "
+            f"{statistics.median(cpu['raw']):.0f} µs | "
             f"{r['anomalies']} |"
         )
     env = report["environment"]
     load = ", ".join(f"{x:.2f}" for x in env["loadavg_before"])
-    lines.append(f"\n{env['cpus']} CPUs; load average before: {load}")
+    after = ", ".join(f"{x:.2f}" for x in env["loadavg_after"])
+    lines.append(f"\n{env['cpus']} CPUs; load average before: {load}; after: {after}")
     return "\n".join(lines)
+
+
+def publish(folder: Path, report: dict[str, Any], log: Callable[[str], None]) -> None:
+    """``report`` as SYNC_JSON, its section of results.md and its bars in ratios.png.
+
+    The rest of results.md (bench.py's run) is kept as it is; the chart is redrawn from its
+    Bars table plus the sync bars (`_report.write_chart` adds those).
+    """
+    write_json(folder / SYNC_JSON, report)
+    md = folder / "results.md"
+    text = md.read_text() if md.is_file() else "# sql_lease benchmark results\n"
+    head = text.split(HEADING, 1)[0].rstrip("\n") + "\n\n"
+    md.write_text(head + "\n".join(sync_section(folder / SYNC_JSON)))
+    log(f"wrote {md}")
+    if write_chart(folder / "ratios.png", published_bars(md), log):
+        log(f"wrote {folder / 'ratios.png'}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -302,7 +345,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--cells", nargs="+", choices=sorted(CELLS), default=sorted(CELLS))
     ap.add_argument("--quick", action="store_true", help="0.3 s rounds, 2 rounds (a smoke run)")
-    ap.add_argument("--json", type=Path, default=HERE / "results_sync.json")
+    ap.add_argument("--json", type=Path, default=HERE / "results" / "sync_latest.json")
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write benchmarks/results_sync.json, results.md (section) and ratios.png",
+    )
     args = ap.parse_args(argv)
     args.read_keys = READ_KEYS
     if args.quick:
@@ -320,8 +368,14 @@ def main(argv: list[str] | None = None) -> int:
 
     report = run(args, log)
     print(render(report))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     log(f"wrote {args.json}")
+    if args.publish:
+        if args.quick:
+            log("--quick results are not published")
+        else:
+            publish(HERE, report, log)
     anomalies = sum(r["anomalies"] for r in report["results"])
     return 1 if anomalies else 0
 

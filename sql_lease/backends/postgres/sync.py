@@ -22,7 +22,6 @@ from typing import Any, Final, cast
 
 import psycopg
 import psycopg_pool
-from psycopg import pq
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -129,41 +128,39 @@ class EnginePgSource:
 
 
 def _dead(conn: psycopg.Connection[Any]) -> bool:
-    """True when an idle connection is unusable: closed, or the server hung up meanwhile.
+    """True when an idle connection is unusable: closed, or the server spoke or hung up.
 
-    An idle autocommit connection has nothing to read; if its socket is readable, the server
-    sent a termination notice or closed it. Costs one non-blocking ``select``.
+    An idle autocommit connection (not listening) has nothing to read: a readable socket
+    holds a termination notice or the end of the stream (libpq would only see the notice
+    when it next reads a result). Costs one non-blocking ``select``.
     """
     if conn.closed or conn.broken:
         return True
     try:
         readable, _, _ = select.select([conn.fileno()], [], [], 0)
-        if readable:
-            conn.pgconn.consume_input()
-            return conn.pgconn.status != pq.ConnStatus.OK
     except (OSError, ValueError, psycopg.Error):
         return True
-    return False
+    return bool(readable)
 
 
-def _interrupter(conn: psycopg.Connection[Any], done: threading.Event) -> Any:
-    """What the watchdog does at a call's deadline: cancel, then shut the socket if stuck."""
+def _interrupt(conn: psycopg.Connection[Any], ended: threading.Event) -> None:
+    """The watchdog's step at a call's deadline: cancel (then shut the socket) off its thread."""
+    threading.Thread(
+        target=_cancel, args=(conn, ended), name="sql_lease cancel", daemon=True
+    ).start()
 
-    def cancel() -> None:
-        with contextlib.suppress(Exception):
-            conn.cancel_safe(timeout=_CANCEL_S)
-        if not done.wait(_CANCEL_S):
-            with contextlib.suppress(OSError, ValueError, psycopg.Error):
-                sock = socket.socket(fileno=socket.dup(conn.fileno()))
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                finally:
-                    sock.close()
 
-    def on_expire() -> None:
-        threading.Thread(target=cancel, name="sql_lease cancel", daemon=True).start()
-
-    return on_expire
+def _cancel(conn: psycopg.Connection[Any], ended: threading.Event) -> None:
+    with contextlib.suppress(Exception):
+        conn.cancel_safe(timeout=_CANCEL_S)
+    if not ended.wait(_CANCEL_S):
+        # The cancel request did not end the call (a stalled network): fail its socket.
+        with contextlib.suppress(OSError, ValueError, psycopg.Error):
+            sock = socket.socket(fileno=socket.dup(conn.fileno()))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.close()
 
 
 class PgExecutor:
@@ -187,6 +184,7 @@ class PgExecutor:
         self._deadlines = Deadlines()
 
     def close(self) -> None:
+        self._deadlines.close()
         self.source.close()
 
     def run(
@@ -194,12 +192,16 @@ class PgExecutor:
     ) -> list[tuple[Any, ...]]:
         """Run ``sql`` with ``args`` within ``seconds``; return its rows.
 
-        A connection found dead before sending is replaced; one that broke under a read is
-        replaced and the read repeated once. A write that may have reached the server is not
+        A write first checks that its connection is alive (a dead one is replaced: nothing was
+        sent); a read finds out from the failure instead, and then runs once more on a
+        connection checked the same way. A write that may have reached the server is never
         repeated: it raises with ``outcome_unknown=True``.
         """
         deadline = monotonic() + seconds
         source = self.source
+        deadlines = self._deadlines
+        check = write  # reads skip the check until a connection has failed under one
+        rerun = not write
         for attempt in range(_MAX_CHECKOUTS):
             left = deadline - monotonic()
             try:
@@ -219,23 +221,24 @@ class PgExecutor:
                     table=self._table,
                     timed_out=isinstance(exc, TimeoutError),
                 ) from exc
-            if _dead(conn):
+            if check and _dead(conn):
                 source.put(conn, token, True)
                 continue
-            done = threading.Event()
-            call = self._deadlines.start(deadline, _interrupter(conn, done))
+            call = deadlines.start(deadline, _interrupt, conn)
             try:
                 with psycopg.RawCursor(conn) as cur:
                     cur.execute(sql, args, prepare=False)
                     rows = cur.fetchall() if cur.description is not None else []
             except BaseException as exc:
-                done.set()
-                expired = self._deadlines.finish(call)
+                expired = deadlines.finish(call)
                 broken = expired or conn.broken or is_broken(exc)
                 source.put(conn, token, broken)
                 if not isinstance(exc, Exception):
                     raise
-                if broken and not write and not expired and attempt == 0:
+                if broken and rerun and not expired:
+                    # Other pooled connections may have died alike (a server restart).
+                    rerun = False
+                    check = True
                     continue
                 raise translate(
                     exc,
@@ -245,8 +248,7 @@ class PgExecutor:
                     table=self._table,
                     timed_out=expired,
                 ) from exc
-            done.set()
             # Past the deadline a cancel request may be on its way: never reuse the connection.
-            source.put(conn, token, self._deadlines.finish(call))
+            source.put(conn, token, deadlines.finish(call))
             return rows
         raise LeaseDatabaseError(f"{operation}: no usable connection", operation=operation)

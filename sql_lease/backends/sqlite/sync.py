@@ -109,6 +109,10 @@ class EngineSqliteSource:
         pass
 
 
+def _interrupt(conn: sqlite3.Connection, ended: threading.Event) -> None:
+    conn.interrupt()  # the statement fails with "interrupted" and rolls back
+
+
 class SqliteExecutor:
     """Runs catalogue statements on SQLite within a deadline; failures become LeaseErrors."""
 
@@ -124,6 +128,7 @@ class SqliteExecutor:
         self._deadlines = Deadlines()
 
     def close(self) -> None:
+        self._deadlines.close()
         self.source.close()
 
     def run(
@@ -144,7 +149,7 @@ class SqliteExecutor:
                 table=self._table,
                 timed_out=isinstance(exc, TimeoutError),
             ) from exc
-        call = self._deadlines.start(deadline, conn.interrupt)
+        call = self._deadlines.start(deadline, _interrupt, conn)
         try:
             cur = conn.execute(sql, args)
             try:
