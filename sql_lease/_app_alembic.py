@@ -16,7 +16,7 @@ from typing import Any
 
 from ._event_names import event_names
 from ._validate import check_identifier
-from .backends.sqlite.catalogue import counter_table_name
+from .backends import BACKEND_PACKAGES, backend_named
 from .schema import DEFAULT_TABLE, version_table_name
 
 __all__ = ["IncludeName", "exclude_leases", "include_name", "lease_table_names"]
@@ -28,12 +28,13 @@ IncludeName = Callable[[str | None, str, Mapping[str, Any]], bool]
 def lease_table_names(table_name: str = DEFAULT_TABLE) -> frozenset[str]:
     """Every table the library's migrations create for ``table_name``.
 
-    The leases table, its version table, on SQLite the fence counter table (named like
-    PostgreSQL's fence sequence, which autogenerate does not compare), and on PostgreSQL the
-    event tables of revision 0003.
+    The leases table, its version table, each backend's extra tables (SQLite's fence counter,
+    see `Backend.extra_tables`), and the event tables of revision 0003.
     """
     check_identifier("table_name", table_name)
-    own = {table_name, version_table_name(table_name), counter_table_name(table_name)}
+    own = {table_name, version_table_name(table_name)}
+    for package in BACKEND_PACKAGES:
+        own |= backend_named(package).extra_tables(table_name)
     return frozenset(own | event_names(table_name).tables)
 
 

@@ -32,12 +32,19 @@ from collections.abc import Callable
 from datetime import timedelta
 from time import monotonic
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ._validate import MAX_TTL_MS, check_name
 from .errors import LeaseNotAcquired, LeaseTypeError, LeaseValueError
 
 __all__ = ["Exclusive", "exclusive"]
+
+if TYPE_CHECKING:
+    from ._lifecycle import LeaseLifecycle
+    from .sync._lifecycle import SyncLifecycle
+
+    #: A provider with ``hold()``: ours, async or sync.
+    HoldingProvider = LeaseLifecycle | SyncLifecycle
 
 logger = logging.getLogger("sql_lease.exclusive")
 
@@ -83,7 +90,7 @@ class Exclusive:
 
     def __init__(
         self,
-        provider: Any,
+        provider: HoldingProvider,
         name: str,
         *,
         at_most_for: Duration,
@@ -243,7 +250,7 @@ class Exclusive:
 
 
 def exclusive(
-    provider: Any,
+    provider: HoldingProvider,
     name: str,
     *,
     at_most_for: Duration,

@@ -21,10 +21,11 @@ from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
 from ._contract import AcquireResult, LeaseProvider
+from ._handoff import check_adoptable, check_transfer, transfer_settled
 from ._hooks import Hooks, in_background
-from ._keeper import Keeper, renew_interval
+from ._keeper import Keeper, check_hold
 from ._runtime import runtime_of
-from ._validate import Millis, check_millis, check_name, check_ttl
+from ._validate import Millis
 from ._wait import wait_for
 from .errors import (
     LeaseAlreadyHeld,
@@ -33,7 +34,6 @@ from .errors import (
     LeaseLost,
     LeaseNotAcquired,
     LeaseTypeError,
-    LeaseValueError,
 )
 from .observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
 
@@ -78,12 +78,14 @@ class HeldLease:
     with `transfer_to`. If the lease is lost, the body is cancelled (``cancel_on_loss=False``
     leaves it running; watch `lost` or `wait_lost`) and the block raises `LeaseLost`.
 
-    Database errors during renewal are retried with backoff; the lease only counts as lost
-    once it has expired by the clock that granted it, measured conservatively from the start
-    of the last successful request. The release on exit is best effort: a failure is logged
-    (the lease then expires on its own) and does not raise. When the provider is closed while
-    the lease is held, the lease counts as lost (the body is cancelled, the block raises
-    `LeaseLost`) and is left to expire, not released. Works with any `LeaseProvider`.
+    Database errors during renewal are retried with backoff; the lease counts as lost when a
+    renewal finds it gone or reports another fence than the one granted (after a lossy
+    failover), or once it has expired by the clock that granted it, measured conservatively
+    from the start of the last successful request. The release on exit is best effort: a
+    failure is logged (the lease then expires on its own) and does not raise. When the
+    provider is closed while the lease is held, the lease counts as lost (the body is
+    cancelled, the block raises `LeaseLost`) and is left to expire, not released. Works with
+    any `LeaseProvider`.
 
     Durations (``ttl_ms``, ``renew_every_ms``, ``wait_ms``) are ints of milliseconds or
     `timedelta` values (rounded up to a whole millisecond); the attributes hold milliseconds.
@@ -109,11 +111,7 @@ class HeldLease:
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
     ) -> None:
-        check_name("key", key)
-        check_name("owner", owner)
-        ttl_ms = check_ttl(ttl_ms)
-        renew_every_ms = renew_interval(ttl_ms, renew_every_ms)
-        wait_ms = check_millis("wait_ms", wait_ms)
+        ttl_ms, renew_every_ms, wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
@@ -166,12 +164,9 @@ class HeldLease:
         Entering it does not acquire: it renews (the lease counts as lost at ``started`` plus
         the TTL unless renewed by then) and leaving releases, as for any hold.
         """
-        if not result.acquired or result.owner is None:
-            raise LeaseValueError(f"only an acquired lease can be adopted, not {result!r}")
-        if not isinstance(started, (int, float)) or isinstance(started, bool):
-            raise LeaseTypeError("started must be an event-loop time (float)")
-        held = cls(provider, key, result.owner, ttl_ms, **options)
-        held._adopted = (result, float(started))
+        owner, since = check_adoptable(result, started)
+        held = cls(provider, key, owner, ttl_ms, **options)
+        held._adopted = (result, since)
         return held
 
     # -- public ---------------------------------------------------------------------------
@@ -200,10 +195,7 @@ class HeldLease:
         error propagates; when the outcome was unknown the current owner is checked first, so
         a transfer that did happen counts as done.
         """
-        check_name("to_owner", to_owner)
-        ttl = self.ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
-        if to_owner == self.owner:
-            raise LeaseValueError("to_owner must differ from the owner (renewal is automatic)")
+        ttl = check_transfer(self.owner, to_owner, ttl_ms, self.ttl_ms)
         if self._state is not _State.HELD:
             if self.lost:
                 raise self._lost_error()
@@ -212,13 +204,11 @@ class HeldLease:
         self._keeper.stop()
         try:
             await self._keeper.settle()
-            done = await self._provider.transfer_lease(self.key, self.owner, to_owner, ttl)
+            done = await transfer_settled(self._provider, self.key, self.owner, to_owner, ttl)
         except LeaseDatabaseError as exc:
-            if not await self._transferred_anyway(exc, to_owner):
-                if not self._resume():
-                    raise self._lost_error() from exc
-                raise
-            done = True
+            if not self._resume():
+                raise self._lost_error() from exc
+            raise
         except BaseException:
             self._resume()  # cancelled: held (and renewed) until the exit releases it
             raise
@@ -256,7 +246,7 @@ class HeldLease:
                 self.key, self.owner, result.owner, result.fence, result.expires_at
             )
         self.fence, self.expires_at = result.fence, result.expires_at
-        self._keeper.granted(started)
+        self._keeper.granted(started, result.fence)
         try:
             await self._hooks.call("on_acquired", self)
         except BaseException:
@@ -362,15 +352,6 @@ class HeldLease:
             return False
         self._state = _State.HELD
         return True
-
-    async def _transferred_anyway(self, exc: LeaseDatabaseError, to_owner: str) -> bool:
-        if not exc.outcome_unknown:
-            return False
-        try:
-            holder = await self._provider.get_lease_owner(self.key)
-        except LeaseDatabaseError:
-            return False
-        return holder == to_owner
 
     async def _release(self) -> None:
         await asyncio.shield(in_background(self._do_release()))  # a cancel leaves it running

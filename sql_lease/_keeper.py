@@ -1,9 +1,11 @@
 """Keeping one held lease alive: its renewal ticket, its conservative deadline, its backoff.
 
 A `Keeper` hands its `Ticket` to the provider's `Renewer` and judges loss by one rule: the
-lease is lost when a renewal finds it gone, or once it has expired by the clock that granted
-it, measured conservatively from the start of the last successful request (a watchdog timer
-fires at that deadline). Failed renewals are retried with backoff until then.
+lease is lost when a renewal finds it gone, when a renewal reports another fence than the one
+granted (`fence_moved`: after a lossy failover the new primary can hold an older row of the
+same owner), or once it has expired by the clock that granted it, measured conservatively
+from the start of the last successful request (a watchdog timer fires at that deadline).
+Failed renewals are retried with backoff until then.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ._renewer import Renewer, Ticket
-from ._validate import Millis, check_millis
+from ._validate import Millis, check_millis, check_name, check_ttl
+from .capabilities import Renewal
 from .errors import LeaseValueError
 
-__all__ = ["Keeper", "renew_interval"]
+__all__ = ["Keeper", "check_hold", "fence_moved", "renew_interval"]
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -40,12 +43,35 @@ def renew_interval(ttl_ms: int, renew_every_ms: Millis | None) -> int:
     return every
 
 
+def check_hold(
+    key: str, owner: str, ttl_ms: Millis, renew_every_ms: Millis | None, wait_ms: Millis
+) -> tuple[int, int, int]:
+    """A hold's arguments checked (the async and sync ones alike): the TTL, renewal period
+    and wait in ms."""
+    check_name("key", key)
+    check_name("owner", owner)
+    ttl = check_ttl(ttl_ms)
+    return ttl, renew_interval(ttl, renew_every_ms), check_millis("wait_ms", wait_ms)
+
+
+def fence_moved(held: int | None, renewal: Renewal | None) -> str | None:
+    """Why a successful renewal still loses the lease held with fence ``held``: it reported
+    another fence (this is no longer the lease that was granted); None when it did not, or
+    when either fence is unknown (a provider whose renewal tells only whether it held)."""
+    if held is None or renewal is None or renewal.fence == held:
+        return None
+    return (
+        f"a renewal reported fence {renewal.fence}, not {held}: the store holds another lease "
+        "of this owner (an older row, as after a failover that lost writes)"
+    )
+
+
 class Keeper:
     """Renews one lease through ``renewer`` and tells its holder what happens.
 
     ``renewed(expires_at)`` after each successful renewal, ``failed(exc)`` after a failed
-    attempt (retried), ``lost(reason)`` once the lease is gone or expired. Times are
-    event-loop seconds.
+    attempt (retried), ``lost(reason)`` once the lease is gone, expired or its fence moved.
+    Times are event-loop seconds.
     """
 
     def __init__(
@@ -74,10 +100,12 @@ class Keeper:
         )
         self._deadline = 0.0  # conservative local expiry: start of last good request + TTL
         self._failures = 0  # consecutive failed renewals
+        self._fence: int | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
-    def granted(self, started: float) -> None:
-        """The lease was granted by a request that started at ``started``."""
+    def granted(self, started: float, fence: int | None) -> None:
+        """The lease was granted with ``fence`` by a request that started at ``started``."""
+        self._fence = fence
         self._deadline = started + self._ttl
         self._ticket.due = started + self._ticket.interval
 
@@ -116,12 +144,16 @@ class Keeper:
             reason += f" ({self._failures} renewal attempts failed)"
         self._on_lost(reason)
 
-    def _renewed(self, started: float, expires_at: datetime | None) -> None:
+    def _renewed(self, started: float, renewal: Renewal | None) -> None:
+        moved = fence_moved(self._fence, renewal)
+        if moved is not None:
+            self._on_lost(moved)
+            return
         self._deadline = max(self._deadline, started + self._ttl)
         self._ticket.due = started + self._ticket.interval
         self._failures = 0
         self._arm(asyncio.get_running_loop())
-        self._on_renewed(expires_at)
+        self._on_renewed(None if renewal is None else renewal.expires_at)
 
     def _failed(self, exc: BaseException, now: float) -> None:
         self._failures += 1

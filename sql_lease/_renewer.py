@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ._contract import LeaseProvider
-from .capabilities import BatchRenewal
+from .capabilities import BatchRenewal, Renewal
 from .errors import LeaseClosedError, LeaseDatabaseError
 
 __all__ = ["BoolBatchRenewal", "Outcome", "Renewer", "Ticket", "renew_batch"]
 
 logger = logging.getLogger("sql_lease.hold")
 
-Outcome = tuple[bool, datetime | None]  # (still held, new expiry if the provider reports it)
+#: Per lease: (still held, its `Renewal` when the provider reports fence and expiry).
+Outcome = tuple[bool, Renewal | None]
 
 
 @runtime_checkable
@@ -44,7 +44,7 @@ async def renew_batch(
     """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
     if isinstance(provider, BatchRenewal):
         renewed = await provider.renew_many(pairs, ttl)
-        return [(r is not None, None if r is None else r.expires_at) for r in renewed]
+        return [(r is not None, r) for r in renewed]
     if isinstance(provider, BoolBatchRenewal):
         return [(ok, None) for ok in await provider.renew_leases(pairs, ttl)]
     oks = await asyncio.gather(*(provider.renew_lease(k, o, ttl) for k, o in pairs))
@@ -56,7 +56,8 @@ class Ticket:
 
     ``due`` (event-loop time) is when it wants renewing next and ``interval`` its renewal
     period in seconds; its owner moves ``due``. The renewer calls ``renewed(started,
-    expires_at)`` after a successful renewal that started at ``started``, ``failed(exc, now)``
+    renewal)`` after a successful renewal that started at ``started`` (``renewal`` None when
+    the provider reports no fence and expiry), ``failed(exc, now)``
     after a database error (it is retried), and ``gone(reason)`` when it is no longer held.
     """
 
@@ -69,7 +70,7 @@ class Ticket:
         ttl_ms: int,
         interval: float,
         *,
-        renewed: Callable[[float, datetime | None], None],
+        renewed: Callable[[float, Renewal | None], None],
         failed: Callable[[BaseException, float], None],
         gone: Callable[[str], None],
     ) -> None:
@@ -189,10 +190,10 @@ class Renewer:
             for ticket in tickets:
                 ticket.gone(f"renewal failed: {exc!r}")
             return
-        for ticket, (held, expires_at) in zip(tickets, outcomes, strict=True):
+        for ticket, (held, renewal) in zip(tickets, outcomes, strict=True):
             if ticket not in self._tickets:
                 continue  # released, transferred or lost meanwhile
             if held:
-                ticket.renewed(started, expires_at)
+                ticket.renewed(started, renewal)
             else:
                 ticket.gone("a renewal found it gone (expired, taken over or force-released)")

@@ -4,66 +4,43 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._libpq import DSN_ONLY, DSN_PREFIX, check_query, connect_arguments
+from ._libpq import DSN_PREFIX, connect_arguments
+from .backends import BACKEND_PACKAGES, backend_for_scheme, backend_named
+from .backends.postgres.urls import SCHEMES as PG_SCHEMES
+from .backends.postgres.urls import TWO_ATS, check_port
 from .errors import LeaseValueError
 
 __all__ = ["build_engine", "normalize_url", "redact"]
 
-_POSTGRES_ALIASES = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
-
 
 def normalize_url(url: str | URL) -> URL:
-    """Parse ``url``: ``postgresql://``/``postgres://`` become ``postgresql+asyncpg://`` and
-    ``sqlite:///path`` becomes ``sqlite+aiosqlite:///path`` (a file; memory is refused).
+    """Parse ``url`` and let its database's backend check it and set its async driver:
+    ``postgresql://``/``postgres://`` become ``postgresql+asyncpg://``, ``sqlite:///path``
+    becomes ``sqlite+aiosqlite:///path`` (see each backend's ``normalize_url``).
 
     Percent-encoded passwords are decoded by the parser. libpq's multi-host form
     (``postgresql://u@h1:5432,h2:5433/db``) becomes SQLAlchemy's ``?host=h1,h2&port=5432,5433``
-    (a host without a port gets 5432). The query may carry the libpq parameters of `_libpq`
-    (anything else raises): ``sslmode`` becomes asyncpg's ``ssl``, and the TLS file and
-    version parameters reach asyncpg through its ``dsn`` argument, the only way it takes them.
-    Raises `LeaseValueError` for anything else, without quoting the URL.
+    (a host without a port gets 5432). Raises `LeaseValueError` for anything else, without
+    quoting the URL.
     """
     parsed = url if isinstance(url, URL) else _parse(url)
-    if parsed.drivername in ("sqlite", "sqlite+aiosqlite"):
-        if parsed.database in (None, "", ":memory:") or "mode=memory" in str(parsed.query):
-            raise LeaseValueError(
-                "an in-memory SQLite database is private to one connection: use a file, "
-                "sqlite:///path/to/leases.db (or InMemoryLeaseProvider within one process)"
-            )
-        return parsed.set(drivername="sqlite+aiosqlite")
-    if parsed.drivername not in _POSTGRES_ALIASES:
+    backend = backend_for_scheme(parsed.drivername)
+    if backend is None or parsed.drivername == backend.sync_driver:
         raise LeaseValueError(
-            f"unsupported database URL scheme {parsed.drivername!r}: use postgresql://, "
-            "postgres://, postgresql+asyncpg://, or sqlite:///path.db"
+            f"unsupported database URL scheme {parsed.drivername!r}: use {_schemes()}"
         )
-    if "@" in (parsed.host or ""):
-        raise LeaseValueError(_TWO_ATS)
-    if parsed.port is not None:
-        _check_port(str(parsed.port))
-    parsed = parsed.set(drivername="postgresql+asyncpg", query=check_query(parsed.query))
-    if "sslmode" in parsed.query and "ssl" not in parsed.query:
-        parsed = parsed.update_query_dict({"ssl": parsed.query["sslmode"]}).difference_update_query(
-            ["sslmode"]
-        )
-    parsed = parsed.difference_update_query(["sslmode"])
-    tls = {name: parsed.query[name] for name in DSN_ONLY if name in parsed.query}
-    if tls and "dsn" not in parsed.query:
-        # asyncpg merges this DSN with the host, user... given as arguments (which win).
-        dsn = DSN_PREFIX + urlencode(tls)
-        parsed = parsed.difference_update_query(list(tls)).update_query_dict({"dsn": dsn})
-    return parsed
+    return backend.normalize_url(parsed)
 
 
-_TWO_ATS = (
-    "the database URL has more than one '@': percent-encode every '@' but the one before the "
-    "host as %40, in the user name, the password or a parameter (postgresql://user:p%40ss@host/db)"
-)
+def _schemes() -> str:
+    examples = [backend_named(package).url_example for package in BACKEND_PACKAGES]
+    return ", or ".join(examples)
 
 
 def _parse(text: str) -> URL:
@@ -71,15 +48,14 @@ def _parse(text: str) -> URL:
     hosts: dict[str, str] = {}
     if isinstance(text, str):  # anything else is left to the parser's refusal
         scheme, sep, rest = text.partition("://")
-        if sep and scheme.lower() in _POSTGRES_ALIASES:
+        if sep and scheme.lower() in PG_SCHEMES:
             text, hosts = _split_hosts(scheme, rest)
     try:
         parsed = make_url(text)
     except (ArgumentError, ValueError, TypeError) as exc:
         # The parser's message can quote the URL, password included: keep it out.
         raise LeaseValueError(
-            f"not a valid database URL ({type(exc).__name__}); expected "
-            "postgresql://user:password@host:port/db or sqlite:///path.db"
+            f"not a valid database URL ({type(exc).__name__}); expected {_schemes()}"
         ) from None
     if hosts:
         if "host" in parsed.query or "port" in parsed.query:
@@ -99,7 +75,7 @@ def _split_hosts(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
     if rest.count("@") > 1:
         # Strict on purpose: wherever the parser would cut, a piece of a password with an
         # unencoded '@' would end up shown as a host, a port, a database or a parameter.
-        raise LeaseValueError(_TWO_ATS)
+        raise LeaseValueError(TWO_ATS)
     # Where SQLAlchemy's parser ends the user name and password (a password may hold '/').
     userinfo = _USERINFO.match(rest)
     start = userinfo.end() if userinfo else 0
@@ -128,24 +104,9 @@ def _host_port(token: str) -> tuple[str, int | None]:
         host, bracket, tail = token[1:].partition("]")
         if not bracket or (tail and not tail.startswith(":")):
             raise LeaseValueError("the database URL has an unclosed '[' in its host")
-        return host, _check_port(tail[1:])
+        return host, check_port(tail[1:])
     host, _, port = token.partition(":")
-    return host, _check_port(port)
-
-
-def _check_port(text: str) -> int | None:
-    """A port from 1 to 65535, or None when empty (the default port)."""
-    if not text:
-        return None
-    if not text.isdigit():
-        raise LeaseValueError(
-            "the port in the database URL is not a number (if the password has an '@', "
-            "percent-encode it as %40)"
-        )
-    port = int(text)
-    if not 1 <= port <= 65535:
-        raise LeaseValueError("the port in the database URL is out of range: use 1 to 65535")
-    return port
+    return host, check_port(port)
 
 
 _SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})

@@ -1,9 +1,10 @@
 """The backend seam: what the SQL provider needs from a database, one package per database.
 
-A `Backend` owns everything that differs between databases: the statement catalogue, the
-driver adaptor (a bound ``fetch`` per pooled connection), its one error classifier and
-translation, the engine defaults of ``from_url``, and its wake-up source (PostgreSQL's
-LISTEN/NOTIFY; none for SQLite, whose waiters poll). `backend_for` picks one from an engine's
+A `Backend` owns everything that differs between databases: its URL schemes and their checks,
+the statement catalogue and the names of its extra tables, the driver adaptor (a bound
+``fetch`` per pooled connection), its one error classifier and translation, the engine
+defaults of ``from_url``, its wake-up source (PostgreSQL's LISTEN/NOTIFY; none for SQLite,
+whose waiters poll) and the executor of the sync provider. `backend_for` picks one from an engine's
 dialect. This module imports no driver: each backend package imports its own, and only it.
 
 Adding a database: a new package here implementing `Backend`, a line in `_BACKENDS`, a
@@ -16,7 +17,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
@@ -25,12 +26,44 @@ from ..capabilities import WakeupSink, WakeupSource
 from ..catalogue import Catalogue
 from ..errors import LeaseDatabaseError, LeaseValueError
 
-__all__ = ["Adaptor", "Backend", "Fetch", "backend_for", "backend_for_url", "backend_named"]
+__all__ = [
+    "BACKEND_PACKAGES",
+    "POOLED",
+    "Adaptor",
+    "Backend",
+    "Fetch",
+    "SyncExecutor",
+    "backend_for",
+    "backend_for_scheme",
+    "backend_for_sync_engine",
+    "backend_for_url",
+    "backend_named",
+]
 
 #: ``await fetch(sql, *args)`` -> the rows: the driver's own call, bound to one connection.
 Fetch = Callable[..., Awaitable[list[Any]]]
 #: Turns a pooled connection into its `Fetch` (once, when the connection is checked out).
 Adaptor = Callable[[PoolProxiedConnection], Fetch]
+
+
+class SyncExecutor(Protocol):
+    """What runs a statement for `sql_lease.sync`: made by `Backend.sync_url_executor` or
+    `Backend.sync_engine_executor`, on its backend's sync driver."""
+
+    #: True when releases and transfers of wanted keys send a notification.
+    notifies: bool
+    #: The redacted URL, for messages.
+    where: str
+    #: How a dedicated LISTEN connection connects (PostgreSQL), else None.
+    listen_kwargs: dict[str, Any] | None
+
+    def run(
+        self, operation: str, write: bool, sql: str, args: tuple[object, ...], seconds: float
+    ) -> list[tuple[Any, ...]]:
+        """Run ``sql`` with ``args`` within ``seconds``; its rows (a `LeaseError` on failure)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class Backend(Protocol):
@@ -44,6 +77,22 @@ class Backend(Protocol):
     title: str
     #: Whether tables live in schemas (``schema=`` is refused when not).
     has_schemas: bool
+    #: The URL schemes (SQLAlchemy driver names) ``from_url`` takes for this database.
+    url_schemes: frozenset[str]
+    #: A URL of this database, for messages.
+    url_example: str
+    #: The SQLAlchemy dialect+driver of a caller's sync engine for `sql_lease.sync`.
+    sync_driver: str
+
+    def normalize_url(self, url: URL) -> URL:
+        """``url`` (one of `url_schemes`) checked and set to `async_driver`
+        (`LeaseValueError`, never quoting the URL)."""
+        ...
+
+    def extra_tables(self, table_name: str) -> frozenset[str]:
+        """The tables besides the leases table and its version table that the migrations
+        create for ``table_name`` on this database (none: an empty set)."""
+        ...
 
     def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
         """Every statement for ``table_name`` (already validated), built once."""
@@ -90,6 +139,11 @@ class Backend(Protocol):
         (`LeaseValueError` when the backend has none)."""
         ...
 
+    def engine_url(self, url: URL, pooler: str | None) -> URL:
+        """The URL ``from_url`` builds its engine on, for a `normalize_url` ``url`` (the
+        async driver may differ behind a ``pooler``)."""
+        ...
+
     def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
         """After ``from_url`` built ``engine``: register the backend's one-off checks on it."""
         ...
@@ -100,16 +154,52 @@ class Backend(Protocol):
         """A notification channel feeding ``sink``, or None when the database has none."""
         ...
 
-    def migration_connect_args(
-        self, *, timeout: float | None, connect_timeout: float, busy_seconds: float, create: bool
-    ) -> dict[str, Any]:
-        """``connect_args`` of a migration's own engine (``create``: it may create the
-        database, as an upgrade of a SQLite file does)."""
+    def sync_url_executor(
+        self,
+        url: URL,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        connect_timeout: float,
+        synchronous_commit: bool,
+        pool_size: int,
+    ) -> SyncExecutor:
+        """The sync provider's executor owning up to ``pool_size`` connections to ``url`` (as
+        given, checked by `normalize_url`); calls bounded by ``timeout`` seconds."""
         ...
 
-    async def begin_migration(self, conn: AsyncConnection, *, prepare: bool, busy: float) -> None:
+    def sync_engine_executor(
+        self, engine: Engine, table: str, *, where: str, timeout: float
+    ) -> SyncExecutor:
+        """The sync provider's executor borrowing connections from a caller's ``engine``."""
+        ...
+
+    def migration_connect_args(
+        self,
+        *,
+        timeout: float | None,
+        connect_timeout: float,
+        busy_seconds: float,
+        create: bool,
+        pooler: str | None = None,
+    ) -> dict[str, Any]:
+        """``connect_args`` of a migration's own engine (``create``: it may create the
+        database, as an upgrade of a SQLite file does; ``pooler``: as for `engine_arguments`,
+        no startup parameter a pooler refuses)."""
+        ...
+
+    async def begin_migration(
+        self,
+        conn: AsyncConnection,
+        *,
+        prepare: bool,
+        busy: float,
+        server_timeout: float | None = None,
+    ) -> None:
         """Set a migration connection up (``prepare``: for an upgrade) and begin its write
-        transaction."""
+        transaction; ``server_timeout``: seconds of server-side statement and lock timeout
+        set inside that transaction (behind a pooler, where connecting cannot set them)."""
         ...
 
 
@@ -117,6 +207,12 @@ _BACKENDS: Final = {
     ("postgresql", "asyncpg"): "postgres",
     ("sqlite", "aiosqlite"): "sqlite",
 }
+#: Engines only ``from_url`` builds (marked with the `POOLED` execution option): PostgreSQL
+#: behind a transaction pooler runs on psycopg (see the backend's ``engine_url``).
+_POOLED_BACKENDS: Final = {("postgresql", "psycopg"): "postgres"}
+POOLED: Final = "sql_lease_pooler"
+#: The backend packages, in the order URL schemes are looked up.
+BACKEND_PACKAGES: Final = tuple(dict.fromkeys(_BACKENDS.values()))
 
 
 def backend_named(package: str) -> Backend:
@@ -130,12 +226,30 @@ def backend_for(engine: AsyncEngine) -> Backend:
     """The backend for ``engine``'s dialect; `LeaseValueError` for an unsupported one."""
     dialect = engine.dialect
     package = _BACKENDS.get((dialect.name, dialect.driver))
+    if package is None and engine.sync_engine.get_execution_options().get(POOLED):
+        package = _POOLED_BACKENDS.get((dialect.name, dialect.driver))
     if package is None:
         raise LeaseValueError(
             "SqlLeaseProvider needs a postgresql+asyncpg or sqlite+aiosqlite engine, not "
             f"{dialect.name}+{dialect.driver}"
         )
     return backend_named(package)
+
+
+def backend_for_scheme(scheme: str) -> Backend | None:
+    """The backend whose `url_schemes` (or `sync_driver`) has ``scheme``; None if none has."""
+    for package in BACKEND_PACKAGES:
+        backend = backend_named(package)
+        if scheme in backend.url_schemes or scheme == backend.sync_driver:
+            return backend
+    return None
+
+
+def backend_for_sync_engine(engine: Engine) -> Backend | None:
+    """The backend whose `sync_driver` ``engine`` runs on, or None."""
+    driver = f"{engine.dialect.name}+{engine.dialect.driver}"
+    backend = backend_for_scheme(driver)
+    return backend if backend is not None and backend.sync_driver == driver else None
 
 
 def backend_for_url(url: URL) -> Backend:

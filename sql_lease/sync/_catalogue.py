@@ -19,7 +19,13 @@ from ..backends.postgres.catalogue import guard_sql
 from ..backends.sqlite.catalogue import build_catalogue as build_sqlite
 from ..catalogue import Catalogue
 
-__all__ = ["Statements", "build_sqlite_statements", "build_statements", "guard_statement"]
+__all__ = [
+    "Statements",
+    "build_sqlite_statements",
+    "build_statements",
+    "guard_statement",
+    "statements_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +52,8 @@ class Statements:
     max_batch: int
 
 
-def _texts(c: Catalogue) -> Statements:
+def statements_of(c: Catalogue) -> Statements:
+    """The SQL texts of ``c``."""
     return Statements(
         catalogue=c,
         table=c.table,
@@ -71,12 +78,12 @@ def _texts(c: Catalogue) -> Statements:
 
 def build_statements(table_name: str, schema: str | None = None) -> Statements:
     """The PostgreSQL statements for ``schema.table_name``."""
-    return _texts(build_postgres(table_name, schema))
+    return statements_of(build_postgres(table_name, schema))
 
 
 def build_sqlite_statements(table_name: str) -> Statements:
     """The SQLite statements for ``table_name``."""
-    return _texts(build_sqlite(table_name))
+    return statements_of(build_sqlite(table_name))
 
 
 @lru_cache(maxsize=64)

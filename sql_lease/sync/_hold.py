@@ -16,20 +16,22 @@ from collections.abc import Callable
 from datetime import datetime
 from time import monotonic
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Self
 
 from .._contract import AcquireResult
-from .._validate import Millis, check_millis, check_name, check_ttl
+from .._handoff import check_transfer
+from .._keeper import check_hold
+from .._validate import Millis
+from ..capabilities import Renewal
 from ..errors import (
     LeaseDatabaseError,
     LeaseLost,
     LeaseNotAcquired,
     LeaseTypeError,
-    LeaseValueError,
 )
-
-if TYPE_CHECKING:
-    from ._lifecycle import Lifecycle
+from ._capabilities import SyncLeaseProvider
+from ._renewer import Ticket
+from ._runtime import Lifecycle
 
 __all__ = ["HeldLease", "LeaseHook"]
 
@@ -61,7 +63,8 @@ class HeldLease:
 
     Renewed every ``renew_every_ms`` (default a third of the TTL, at most half of it) with
     every other held lease of the provider. Database errors while renewing are retried with
-    backoff; the lease counts as lost once it expired by the clock that granted it, measured
+    backoff; the lease counts as lost when a renewal finds it gone or reports another fence
+    than the one granted, or once it expired by the clock that granted it, measured
     conservatively from the start of the last successful request. Leaving releases the lease
     (best effort: a failure is logged, the lease then expires on its own), unless it was handed
     on with `transfer_to`. ``on_acquired``/``on_released`` run in the caller's thread,
@@ -76,7 +79,7 @@ class HeldLease:
 
     def __init__(
         self,
-        provider: Any,
+        provider: SyncLeaseProvider,
         lifecycle: Lifecycle,
         key: str,
         owner: str,
@@ -89,20 +92,7 @@ class HeldLease:
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
     ) -> None:
-        check_name("key", key)
-        check_name("owner", owner)
-        ttl = check_ttl(ttl_ms)
-        every = (
-            max(1, ttl // 3)
-            if renew_every_ms is None
-            else check_millis("renew_every_ms", renew_every_ms)
-        )
-        if not 1 <= every <= ttl / 2:
-            raise LeaseValueError(
-                f"renew_every_ms must be between 1 and half the TTL ({ttl // 2} ms), so that "
-                f"a renewal can fail and be retried before the lease expires; not {every}"
-            )
-        self._wait_ms = check_millis("wait_ms", wait_ms)
+        ttl, every, self._wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
         self._hooks = {
             "on_acquired": _check_hook("on_acquired", on_acquired),
             "on_renewed": _check_hook("on_renewed", on_renewed),
@@ -122,11 +112,17 @@ class HeldLease:
         self._state = _State.CREATED
         self._lock = threading.Lock()
         self._ended = threading.Event()
-        # Renewal bookkeeping on `monotonic`, used by the renewer.
-        self._interval = every / 1000
-        self._due = 0.0
-        self._deadline = 0.0
-        self._failures = 0
+        self._ticket = Ticket(
+            key,
+            owner,
+            ttl,
+            every / 1000,
+            renewed=self._renewed,
+            failed=self._renew_failed,
+            gone=self._lose,
+            expired=self._expired,
+        )
+        self._failures = 0  # consecutive failed renewals
 
     # -- public ---------------------------------------------------------------------------
 
@@ -153,10 +149,7 @@ class HeldLease:
         propagates; when the outcome was unknown the owner is read first, so a transfer that
         did happen counts as done.
         """
-        check_name("to_owner", to_owner)
-        ttl = self.ttl_ms if ttl_ms is None else check_ttl(ttl_ms)
-        if to_owner == self.owner:
-            raise LeaseValueError("to_owner must differ from the owner (renewal is automatic)")
+        ttl = check_transfer(self.owner, to_owner, ttl_ms, self.ttl_ms)
         with self._lock:
             if self._state is not _State.HELD:
                 if self.lost.is_set():
@@ -165,7 +158,7 @@ class HeldLease:
                     f"transfer_to needs a held lease, this one is {self._state.value}"
                 )
             self._state = _State.TRANSFERRING
-        self._life.renewer.discard(self)
+        self._life.renewer.discard(self._ticket)
         try:
             done = self._provider.transfer_lease(self.key, self.owner, to_owner, ttl)
         except LeaseDatabaseError as exc:
@@ -218,7 +211,7 @@ class HeldLease:
         self._granted(result, started)
         self._state = _State.HELD
         self._call_hook("on_acquired")
-        self._life.renewer.add(self)
+        self._life.renewer.add(self._ticket)
         logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, self.fence)
         return self
 
@@ -228,7 +221,7 @@ class HeldLease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._life.renewer.discard(self)
+        self._life.renewer.discard(self._ticket)
         with self._lock:
             state = self._state
             if state in (_State.HELD, _State.TRANSFERRING):
@@ -250,20 +243,21 @@ class HeldLease:
 
     # -- called by the renewer ------------------------------------------------------------
 
-    def _renewed(self, started: float, expires_at: datetime | None) -> None:
-        self._deadline = max(self._deadline, started + self.ttl_ms / 1000)
-        self._due = started + self._interval
+    def _renewed(self, started: float, renewal: Renewal | None) -> None:
+        ticket = self._ticket
+        ticket.deadline = max(ticket.deadline, started + self.ttl_ms / 1000)
+        ticket.due = started + ticket.interval
         self._failures = 0
         self.renewals += 1
-        if expires_at is not None:
-            self.expires_at = expires_at
+        if renewal is not None:
+            self.expires_at = renewal.expires_at
         self._call_hook("on_renewed")
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:
         self._failures += 1
         self.renew_errors += 1
-        delay = min(self._interval, _BACKOFF_FIRST * 2 ** (self._failures - 1))
-        self._due = now + delay
+        delay = min(self._ticket.interval, _BACKOFF_FIRST * 2 ** (self._failures - 1))
+        self._ticket.due = now + delay
         log = logger.warning if self._failures == 1 else logger.debug
         log(
             "renewing lease %r of %r failed (%s); retrying in %.0f ms, %.0f ms before it expires",
@@ -271,7 +265,7 @@ class HeldLease:
             self.owner,
             exc,
             delay * 1000,
-            max(0.0, self._deadline - now) * 1000,
+            max(0.0, self._ticket.deadline - now) * 1000,
         )
 
     def _expired(self) -> None:
@@ -290,8 +284,10 @@ class HeldLease:
 
     def _granted(self, result: AcquireResult, started: float) -> None:
         self.fence, self.expires_at = result.fence, result.expires_at
-        self._deadline = started + self.ttl_ms / 1000
-        self._due = started + self._interval
+        ticket = self._ticket
+        ticket.fence = result.fence
+        ticket.deadline = started + self.ttl_ms / 1000
+        ticket.due = started + ticket.interval
 
     def _mark_lost(self, reason: str) -> None:
         with self._lock:
@@ -309,19 +305,19 @@ class HeldLease:
 
     def _resume(self) -> bool:
         """Back to held and renewing after a failed transfer; False if it expired meanwhile."""
-        if monotonic() >= self._deadline:
+        if monotonic() >= self._ticket.deadline:
             self._mark_lost("it expired while it was being transferred")
             return False
         with self._lock:
             self._state = _State.HELD
-        self._life.renewer.add(self)
+        self._life.renewer.add(self._ticket)
         return True
 
     def _transferred_anyway(self, exc: LeaseDatabaseError, to_owner: str) -> bool:
         if not exc.outcome_unknown:
             return False
         try:
-            holder: str | None = self._provider.get_lease_owner(self.key)
+            holder = self._provider.get_lease_owner(self.key)
         except LeaseDatabaseError:
             return False
         return holder == to_owner

@@ -1,65 +1,22 @@
-"""What `hold` and `wait_for_lease` keep per sync provider: renewer, waiters, claims.
+"""`hold`, `wait_for_lease` and the closed state, mixed into both sync providers.
 
-`SyncLifecycle` is mixed into both sync providers; its `Lifecycle` object is the small seam
-that `HeldLease` and the waiting code use (never the provider's private names).
+The mixin owns the provider's `Lifecycle` (`_runtime`: renewal thread, waiter hub, claims).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import Any, cast
 
 from .._contract import AcquireResult
 from .._validate import Millis
-from ..errors import LeaseAlreadyHeld, LeaseClosedError
+from ..errors import LeaseClosedError
+from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease, LeaseHook
 from ._renewer import Renewer
-from ._wait import Hub, wait_for
+from ._runtime import Lifecycle
+from ._wait import Hub
 
-__all__ = ["Lifecycle", "SyncLifecycle"]
-
-
-class Lifecycle:
-    """The renewal thread, waiter hub and claimed (key, owner) pairs of one provider."""
-
-    def __init__(self, provider: Any) -> None:
-        self.renewer = Renewer(provider)
-        self.hub = Hub()
-        self.closed = False
-        self._claims: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
-
-    def claim(self, key: str, owner: str) -> None:
-        """Refuse a second hold of ``key`` by ``owner`` in this provider (`LeaseAlreadyHeld`)."""
-        with self._lock:
-            if self.closed:
-                raise LeaseClosedError("hold")
-            if (key, owner) in self._claims:
-                raise LeaseAlreadyHeld(key, owner)
-            self._claims.add((key, owner))
-
-    def unclaim(self, key: str, owner: str) -> None:
-        with self._lock:
-            self._claims.discard((key, owner))
-
-    def notify_local(self, key: str) -> None:
-        """Wake a local waiter of ``key`` (when no NOTIFY or the provider itself does it)."""
-        hub = self.hub
-        if hub.listener is None and not hub.self_notifying:
-            hub.notify(key)
-
-    def wait_for(
-        self, provider: Any, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
-    ) -> tuple[AcquireResult, float]:
-        return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
-
-    def close(self) -> None:
-        """The provider closes: held leases count as lost (left to expire), listening ends."""
-        self.closed = True
-        for lease in self.renewer.stop():
-            lease._lose("its provider was closed")
-        if self.hub.listener is not None:
-            self.hub.listener.close()
+__all__ = ["SyncLifecycle"]
 
 
 class SyncLifecycle:
@@ -68,7 +25,10 @@ class SyncLifecycle:
     _life: Lifecycle
 
     def __init__(self) -> None:
-        self._life = Lifecycle(self)
+        self._life = Lifecycle(self._as_provider())
+
+    def _as_provider(self) -> SyncLeaseProvider:
+        return cast(SyncLeaseProvider, self)  # the classes it is mixed into are providers
 
     def _listen_on(self, channel: str, connect_kwargs: dict[str, Any]) -> None:
         # Imported here: the LISTEN thread needs psycopg (the `sync` extra), which a provider
@@ -119,7 +79,7 @@ class SyncLifecycle:
         if self._life.closed:
             raise LeaseClosedError("hold")
         return HeldLease(
-            self,
+            self._as_provider(),
             self._life,
             key,
             owner,
@@ -143,5 +103,5 @@ class SyncLifecycle:
         """
         if self._life.closed:
             raise LeaseClosedError("wait_for_lease")
-        result, _ = self._life.wait_for(self, key, owner, ttl_ms, timeout_ms)
+        result, _ = self._life.wait_for(self._as_provider(), key, owner, ttl_ms, timeout_ms)
         return result

@@ -1,7 +1,8 @@
 """`sql_lease.sync.SqlLeaseProvider`: the SQL provider for threads, blocking and thread-safe.
 
 The same statements (`_catalogue`), results, semantics and errors as the async provider; the
-executors (`_postgres`, `_sqlite`) run them through psycopg 3 or `sqlite3`.
+backend's sync executor (`sql_lease.backends.SyncExecutor`) runs them through psycopg 3 or
+`sqlite3`.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 from time import monotonic
-from typing import Any, Protocol, Self
+from typing import Any, Self
 
 from sqlalchemy.engine import URL, Engine
 
 from .._contention import ContentionHints
 from .._contract import AcquireResult, Lease
+from .._provider_args import check_bool, check_seconds, check_table
+from .._urls import redact
 from .._validate import (
     Millis,
-    check_identifier,
     check_items,
     check_limit,
     check_millis,
@@ -26,10 +28,12 @@ from .._validate import (
     check_prefix,
     check_ttl,
 )
-from ..errors import LeaseClosedError, LeaseTypeError, LeaseValueError
+from ..backends import SyncExecutor
+from ..capabilities import Renewal
+from ..errors import LeaseClosedError
 from ..schema import DEFAULT_TABLE
-from . import _connect
-from ._catalogue import Statements, build_sqlite_statements, build_statements
+from ._catalogue import Statements, statements_of
+from ._connect import engine_target, parse
 from ._guard import guard
 from ._lifecycle import SyncLifecycle
 
@@ -41,19 +45,8 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 logger = logging.getLogger("sql_lease")
 
 
-class Executor(Protocol):
-    """What runs a statement: `_postgres.PgExecutor` or `_sqlite.SqliteExecutor`."""
-
-    notifies: bool
-    where: str
-    #: How a dedicated LISTEN connection connects (PostgreSQL), else None.
-    listen_kwargs: dict[str, Any] | None
-
-    def run(
-        self, operation: str, write: bool, sql: str, args: tuple[object, ...], seconds: float
-    ) -> list[tuple[Any, ...]]: ...
-
-    def close(self) -> None: ...
+#: What runs a statement: the backend's sync executor.
+Executor = SyncExecutor
 
 
 class SqlLeaseProvider(SyncLifecycle):
@@ -73,25 +66,14 @@ class SqlLeaseProvider(SyncLifecycle):
         schema: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        check_identifier("table_name", table_name)
-        if schema is not None:
-            check_identifier("schema", schema)
-        seconds = _connect.check_seconds("timeout", timeout)
-        if not isinstance(engine, Engine):
-            raise LeaseTypeError(f"engine must be a sync Engine, not {type(engine).__name__}")
-        kind = (engine.dialect.name, engine.dialect.driver)
-        if kind not in (("postgresql", "psycopg"), ("sqlite", "pysqlite")):
-            raise LeaseValueError(
-                "sql_lease.sync.SqlLeaseProvider needs a postgresql+psycopg or sqlite engine, "
-                f"not {kind[0]}+{kind[1]}"
-            )
-        sqlite = kind[0] == "sqlite"
-        if sqlite and schema is not None:
-            raise LeaseValueError("SQLite has no schemas: leave schema=None")
-        sql = (
-            build_sqlite_statements(table_name) if sqlite else build_statements(table_name, schema)
+        check_table(table_name, schema)
+        seconds = check_seconds("timeout", timeout)
+        backend = engine_target(engine)
+        check_table(table_name, schema, backend)
+        sql = statements_of(backend.catalogue(table_name, schema))
+        executor = backend.sync_engine_executor(
+            engine, sql.table, where=redact(engine.url), timeout=seconds
         )
-        executor = _connect.engine_executor(engine, sql.table, seconds)
         self._setup(executor, sql, table_name, schema, seconds, engine)
 
     @classmethod
@@ -117,24 +99,15 @@ class SqlLeaseProvider(SyncLifecycle):
         ``synchronous_commit=False`` trades the last fraction of a second of lease changes on
         a server crash for faster writes (see the README's "Durability").
         """
-        if not isinstance(synchronous_commit, bool):
-            raise LeaseTypeError("synchronous_commit must be a bool")
-        seconds = _connect.check_seconds("timeout", timeout)
-        connect_seconds = _connect.check_seconds("connect_timeout", connect_timeout)
+        check_bool("synchronous_commit", synchronous_commit)
+        seconds = check_seconds("timeout", timeout)
+        connect_seconds = check_seconds("connect_timeout", connect_timeout)
         check_limit(pool_size, what="pool_size", most=1_000)
-        check_identifier("table_name", table_name)
-        if schema is not None:
-            check_identifier("schema", schema)
-        target = _connect.parse(url)
-        if target.sqlite and schema is not None:
-            raise LeaseValueError("SQLite has no schemas: leave schema=None")
-        sql = (
-            build_sqlite_statements(table_name)
-            if target.sqlite
-            else build_statements(table_name, schema)
-        )
-        executor = _connect.url_executor(
-            target,
+        check_table(table_name, schema)
+        target = parse(url)
+        check_table(table_name, schema, target.backend)
+        sql = statements_of(target.backend.catalogue(table_name, schema))
+        executor = target.executor(
             sql.table,
             timeout=seconds,
             connect_timeout=connect_seconds,
@@ -333,23 +306,22 @@ class SqlLeaseProvider(SyncLifecycle):
         """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""
         return [r is not None for r in self.renew_many(items, ttl_ms)]
 
-    def renew_many(
-        self, items: Iterable[tuple[str, str]], ttl_ms: Millis
-    ) -> list[tuple[int, datetime] | None]:
-        """`renew_leases` returning (fence, new expiry) per renewed item, None per lost one."""
+    def renew_many(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[Renewal | None]:
+        """`renew_leases` returning the `Renewal` (fence, new expiry) per renewed item, None
+        per lost one."""
         pairs = check_items(items)
         ttl = check_ttl(ttl_ms)
         if not pairs:
             return []
         unique = list(dict.fromkeys(pairs))
-        renewed: dict[tuple[bytes, bytes], tuple[int, datetime]] = {}
+        renewed: dict[tuple[bytes, bytes], Renewal] = {}
         step = self._sql.max_batch
         for start in range(0, len(unique), step):
             chunk = unique[start : start + step]
             sql = self._sql.renew_many(len(chunk))
             args = self._sql.renew_many_args(chunk, ttl)
             for key, owner, fence, expires in self._run("renew_leases", True, sql, args):
-                renewed[(bytes(key), bytes(owner))] = (fence, expires)
+                renewed[(bytes(key), bytes(owner))] = Renewal(fence, expires)
         return [renewed.get(pair) for pair in pairs]
 
     def force_release(self, key: str) -> bool:

@@ -1,36 +1,98 @@
 """One renewal thread per provider: every held lease renewed together, in batches.
 
 Like the async renewer (`sql_lease._renewer`): the thread sleeps until the earliest lease is
-due, then renews every lease that has used at least half of its interval, one
-``renew_many`` statement per distinct TTL. It also notices a lease whose conservative local
-deadline passed without a successful renewal, and declares it lost. The thread exists only
-while something is held.
+due, then renews every lease that has used at least half of its interval, one statement per
+distinct TTL (`SyncBatchRenewal.renew_many` where the provider has it, else ``renew_leases``,
+else one ``renew_lease`` per lease). It also notices a lease whose conservative local
+deadline passed without a successful renewal. The thread exists only while something is
+held. A renewer sees a lease only as a `Ticket`; it knows nothing of `HeldLease`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from time import monotonic
-from typing import TYPE_CHECKING, Any
 
+from .._keeper import fence_moved
+from ..capabilities import Renewal
 from ..errors import LeaseDatabaseError
+from ._capabilities import SyncBatchRenewal, SyncBoolBatchRenewal, SyncLeaseProvider
 
-if TYPE_CHECKING:
-    from ._hold import HeldLease
-
-__all__ = ["Renewer"]
+__all__ = ["Renewer", "Ticket", "renew_batch"]
 
 logger = logging.getLogger("sql_lease.hold")
 
+#: Per lease: (still held, its `Renewal` when the provider reports fence and expiry).
+Outcome = tuple[bool, Renewal | None]
+
+
+def renew_batch(
+    provider: SyncLeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
+) -> list[Outcome]:
+    """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
+    if isinstance(provider, SyncBatchRenewal):
+        renewed = provider.renew_many(pairs, ttl)
+        return [(False, None) if r is None else (True, Renewal(*r)) for r in renewed]
+    if isinstance(provider, SyncBoolBatchRenewal):
+        oks = provider.renew_leases(pairs, ttl)
+    else:
+        oks = [provider.renew_lease(key, owner, ttl) for key, owner in pairs]
+    return [(bool(ok), None) for ok in oks]
+
+
+class Ticket:
+    """One held lease as the renewal thread sees it; times are `monotonic` seconds.
+
+    Its holder sets ``due`` (next renewal), ``deadline`` (conservative local expiry) and
+    ``fence`` (the fence it holds: a renewal that reports another one finds it lost). The
+    thread calls ``renewed(started, renewal)`` after a successful renewal that started at
+    ``started`` (``renewal`` None when the provider reports no fence), ``failed(exc, now)``
+    after a database error (retried), ``gone(reason)`` when it is no longer held, and
+    ``expired()`` once its deadline passed.
+    """
+
+    __slots__ = (
+        "deadline",
+        "due",
+        "expired",
+        "failed",
+        "fence",
+        "gone",
+        "interval",
+        "key",
+        "owner",
+        "renewed",
+        "ttl_ms",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        owner: str,
+        ttl_ms: int,
+        interval: float,
+        *,
+        renewed: Callable[[float, Renewal | None], None],
+        failed: Callable[[BaseException, float], None],
+        gone: Callable[[str], None],
+        expired: Callable[[], None],
+    ) -> None:
+        self.key, self.owner, self.ttl_ms, self.interval = key, owner, ttl_ms, interval
+        self.due = 0.0
+        self.deadline = 0.0
+        self.fence: int | None = None
+        self.renewed, self.failed, self.gone, self.expired = renewed, failed, gone, expired
+
 
 class Renewer:
-    """Renews the held leases of one provider; ``ticks`` and ``statements`` count its work."""
+    """Renews the tickets of one provider; ``ticks`` and ``statements`` count its work."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: SyncLeaseProvider) -> None:
         self._provider = provider
-        self._leases: set[HeldLease] = set()
-        self._in_flight: set[HeldLease] = set()
+        self._tickets: set[Ticket] = set()
+        self._in_flight: set[Ticket] = set()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -38,11 +100,11 @@ class Renewer:
         self.statements = 0
 
     def __len__(self) -> int:
-        return len(self._leases)
+        return len(self._tickets)
 
-    def add(self, lease: HeldLease) -> None:
+    def add(self, ticket: Ticket) -> None:
         with self._cond:
-            self._leases.add(lease)
+            self._tickets.add(ticket)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="sql_lease renewer", daemon=True
@@ -50,48 +112,48 @@ class Renewer:
                 self._thread.start()
             self._cond.notify_all()
 
-    def discard(self, lease: HeldLease) -> None:
-        """Stop renewing ``lease`` and wait until no renewal of it is in flight."""
+    def discard(self, ticket: Ticket) -> None:
+        """Stop renewing ``ticket`` and wait until no renewal of it is in flight."""
         with self._cond:
-            self._leases.discard(lease)
-            while lease in self._in_flight:
+            self._tickets.discard(ticket)
+            while ticket in self._in_flight:
                 self._cond.wait()
 
-    def stop(self) -> list[HeldLease]:
-        """Stop for good (the provider closed); returns the leases that were held."""
+    def stop(self) -> list[Ticket]:
+        """Stop for good (the provider closed); returns the tickets that were renewed."""
         with self._cond:
             self._stopped = True
-            leases, self._leases = list(self._leases), set()
+            tickets, self._tickets = list(self._tickets), set()
             while self._in_flight:
                 self._cond.wait()
             self._cond.notify_all()
-        return leases
+        return tickets
 
     def _run(self) -> None:
         cond = self._cond
         while True:
-            expired: list[HeldLease] = []
-            groups: dict[int, list[HeldLease]] = {}
+            expired: list[Ticket] = []
+            groups: dict[int, list[Ticket]] = {}
             with cond:
-                if not self._leases or self._stopped:
+                if not self._tickets or self._stopped:
                     self._thread = None
                     return
                 now = monotonic()
-                expired = [lease for lease in self._leases if lease._deadline <= now]
-                self._leases.difference_update(expired)
+                expired = [t for t in self._tickets if t.deadline <= now]
+                self._tickets.difference_update(expired)
                 if not expired:
-                    due = min(lease._due for lease in self._leases)
+                    due = min(t.due for t in self._tickets)
                     if due > now:
-                        limit = min(lease._deadline for lease in self._leases)
+                        limit = min(t.deadline for t in self._tickets)
                         cond.wait(min(due, limit) - now)
                         continue
-                    for lease in self._leases:
-                        if lease._due - lease._interval / 2 <= now:
-                            groups.setdefault(lease.ttl_ms, []).append(lease)
-                    self._in_flight = {x for group in groups.values() for x in group}
+                    for ticket in self._tickets:
+                        if ticket.due - ticket.interval / 2 <= now:
+                            groups.setdefault(ticket.ttl_ms, []).append(ticket)
+                    self._in_flight = {t for group in groups.values() for t in group}
                     self.ticks += 1
-            for lease in expired:
-                lease._expired()
+            for ticket in expired:
+                ticket.expired()
             if not groups:
                 continue
             try:
@@ -102,39 +164,33 @@ class Renewer:
                     self._in_flight = set()
                     cond.notify_all()
 
-    def _renew(self, ttl: int, leases: list[HeldLease]) -> None:
+    def _renew(self, ttl: int, tickets: list[Ticket]) -> None:
         started = monotonic()
         self.statements += 1
         try:
-            outcomes = _renew_batch(self._provider, [(x.key, x.owner) for x in leases], ttl)
+            outcomes = renew_batch(self._provider, [(t.key, t.owner) for t in tickets], ttl)
         except LeaseDatabaseError as exc:
             now = monotonic()
-            for lease in leases:
-                lease._renew_failed(exc, now)
+            for ticket in tickets:
+                ticket.failed(exc, now)
             return
         except Exception as exc:
-            logger.exception("renewing %d leases failed unexpectedly", len(leases))
-            lost = [(lease, f"renewal failed: {exc!r}") for lease in leases]
+            logger.exception("renewing %d leases failed unexpectedly", len(tickets))
+            lost = [(ticket, f"renewal failed: {exc!r}") for ticket in tickets]
         else:
             lost = []
-            for lease, outcome in zip(leases, outcomes, strict=True):
-                if outcome is not None:
-                    lease._renewed(started, outcome[1])
+            for ticket, (held, renewal) in zip(tickets, outcomes, strict=True):
+                reason = (
+                    fence_moved(ticket.fence, renewal)
+                    if held
+                    else "a renewal found it gone (expired, taken over or force-released)"
+                )
+                if reason is None:
+                    ticket.renewed(started, renewal)
                 else:
-                    lost.append(
-                        (lease, "a renewal found it gone (expired, taken over or force-released)")
-                    )
+                    lost.append((ticket, reason))
         with self._cond:
-            for lease, _ in lost:
-                self._leases.discard(lease)
-        for lease, reason in lost:
-            lease._lose(reason)
-
-
-def _renew_batch(provider: Any, pairs: list[tuple[str, str]], ttl: int) -> list[Any]:
-    """Per pair (fence, new expiry) or None: ``renew_many`` where the provider has it (SQL),
-    else ``renew_leases`` (the expiry is then not known)."""
-    many = getattr(provider, "renew_many", None)
-    if many is not None:
-        return list(many(pairs, ttl))
-    return [(0, None) if ok else None for ok in provider.renew_leases(pairs, ttl)]
+            for ticket, _ in lost:
+                self._tickets.discard(ticket)
+        for ticket, reason in lost:
+            ticket.gone(reason)

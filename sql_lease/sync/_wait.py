@@ -16,10 +16,11 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from .._contract import AcquireResult
 from .._validate import Millis, check_millis, check_name, check_ttl
+from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
 
 if TYPE_CHECKING:
     from ._listen import Listener
@@ -29,6 +30,7 @@ __all__ = ["POLL_S", "Hub", "wait_for"]
 POLL_S: Final = 0.05
 _JITTER_S: Final = (0.005, 0.05)
 _OFFSET_MAX_AGE_S: Final = 30.0
+_READY_S: Final = 5.0  # how long to wait for the listener of a provider without a timeout
 
 
 class Waiter:
@@ -112,11 +114,14 @@ class Hub:
         listener = self.listener
         return listener.generation if listener is not None and listener.connected else -1
 
-    def seconds_until(self, provider: Any, when: datetime) -> float:
-        """Seconds until ``when`` by the provider's clock (its offset measured and cached)."""
+    def seconds_until(self, provider: SyncLeaseProvider, when: datetime) -> float:
+        """Seconds until ``when`` by the provider's clock (its offset measured and cached;
+        the local clock for a provider that is no `SyncDatabaseClock`)."""
+        if not isinstance(provider, SyncDatabaseClock):
+            return (when - datetime.now(UTC)).total_seconds()
         if self._offset is None or monotonic() - self._offset_at > _OFFSET_MAX_AGE_S:
             before = datetime.now(UTC)
-            theirs: datetime = provider.now()
+            theirs = provider.now()
             after = datetime.now(UTC)
             self._offset = theirs - (before + (after - before) / 2)
             self._offset_at = monotonic()
@@ -124,7 +129,12 @@ class Hub:
 
 
 def wait_for(
-    provider: Any, hub: Hub, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    provider: SyncLeaseProvider,
+    hub: Hub,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    timeout_ms: Millis,
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the `monotonic` time the last acquire started."""
     check_name("key", key)
@@ -133,21 +143,22 @@ def wait_for(
     timeout = check_millis("timeout_ms", timeout_ms)
     deadline = monotonic() + timeout / 1000
     started = monotonic()
-    result: AcquireResult = provider.acquire_lease(key, owner, ttl)
+    result = provider.acquire_lease(key, owner, ttl)
     if result.acquired or timeout == 0:
         return result, started
     waiter = Waiter(key)
-    notifies = bool(getattr(provider, "notifies", False))
+    marking = provider if isinstance(provider, SyncWantMarking) and provider.notifies else None
+    ready_within = provider.timeout if isinstance(provider, Timed) else _READY_S
     try:
         while True:
             remaining = deadline - monotonic()
             if remaining <= 0:
                 return result, started
             wait_ms = max(1, math.ceil(remaining * 1000))
-            marked = provider.want(key, wait_ms) if notifies else None
+            marked = marking.want(key, wait_ms) if marking is not None else None
             hub.arm(waiter)
             if hub.listener is not None:
-                hub.listener.ready(min(remaining, provider.timeout))
+                hub.listener.ready(min(remaining, ready_within))
             waiter.generation = hub.generation()
             started = monotonic()
             result = provider.acquire_lease(key, owner, ttl)
@@ -156,7 +167,7 @@ def wait_for(
             # The key was free when it was to be marked wanted, and someone took it since:
             # mark it now, or its holder's release would send nothing (and we would sleep
             # until its expiry). Free again meanwhile: go round and acquire.
-            if notifies and marked is None and provider.want(key, wait_ms) is None:
+            if marking is not None and marked is None and marking.want(key, wait_ms) is None:
                 continue
             wake_at = deadline
             if result.expires_at is not None:

@@ -33,109 +33,143 @@ class Event:
     holder_fence: int | None = None
 
 
-def hammer(url: str, worker: int, keys: list[str], seconds: float, seed: int) -> dict[str, Any]:
-    """Random acquire/renew/transfer/release on hot keys with short TTLs."""
-    return asyncio.run(_hammer(url, worker, keys, seconds, seed))
+@dataclass(frozen=True)
+class Step:
+    """What a hammering client does next: sleep ``pause`` seconds, then ``call`` (a provider
+    method named by its reporting form) with ``args``, or nothing when ``call`` is None."""
+
+    call: str | None
+    args: tuple[Any, ...] = ()
+    pause: float = 0.0
+
+
+class Hammer:
+    """One client's random acquire/renew/transfer/release on hot keys with short TTLs.
+
+    The same script serves the async and the sync race tests: `step` says what to do next,
+    `record` takes the call's result and keeps the `Event`s (database times and fences from
+    the statements' own results).
+    """
+
+    def __init__(self, rng: random.Random, keys: list[str], prefix: str) -> None:
+        self._rng, self._keys, self._prefix = rng, keys, prefix
+        self.events: list[Event] = []
+        self._held: dict[str, tuple[str, int]] = {}  # key -> (owner, fence) as believed
+        self._serial = 0
+        self._ttl = 0
+
+    def _new_owner(self) -> str:
+        self._serial += 1
+        return f"{self._prefix}{self._serial}"
+
+    def step(self) -> Step:
+        rng = self._rng
+        key = rng.choice(self._keys)
+        ttl = self._ttl = rng.choice([15, 40, 80, 200])
+        mine = self._held.get(key)
+        roll = rng.random()
+        if mine is None or roll < 0.1:
+            owner = mine[0] if mine is not None else self._new_owner()
+            return Step("acquire_lease", (key, owner, ttl))
+        owner, _ = mine
+        if roll < 0.5:  # a paused owner (0.25 s): its lease expires meanwhile
+            return Step("renew", (key, owner, ttl), 0.25 if roll < 0.13 else 0.0)
+        if roll < 0.7:
+            return Step("transfer", (key, owner, self._new_owner(), ttl))
+        if roll < 0.9:
+            return Step("release", (key, owner))
+        self._held.pop(key, None)  # walk away: let it expire
+        return Step(None, pause=rng.choice([0, 0.01, 0.05]))
+
+    def record(self, step: Step, result: Any) -> None:
+        key, owner = step.args[0], step.args[1]
+        ttl = timedelta(milliseconds=self._ttl)
+        fence = self._held[key][1] if key in self._held else None
+        events = self.events
+        if step.call == "acquire_lease":
+            if result.acquired:
+                assert result.expires_at is not None and result.fence is not None
+                start = result.expires_at - ttl
+                events.append(
+                    Event("acquire", key, owner, True, result.fence, start, result.expires_at)
+                )
+                self._held[key] = (owner, result.fence)
+            else:
+                events.append(
+                    Event(
+                        "acquire", key, owner, False, holder=result.owner, holder_fence=result.fence
+                    )
+                )
+                self._held.pop(key, None)
+        elif step.call == "renew":
+            if result is None:
+                self._held.pop(key, None)
+                events.append(Event("renew", key, owner, False, fence))
+            else:
+                events.append(
+                    Event("renew", key, owner, True, result[0], result[1] - ttl, result[1])
+                )
+        elif step.call == "transfer":
+            to = step.args[2]
+            if result is None:
+                self._held.pop(key, None)
+                events.append(Event("transfer", key, owner, False, fence, to_owner=to))
+            else:
+                start = result[1] - ttl
+                events.append(
+                    Event(
+                        "transfer",
+                        key,
+                        owner,
+                        True,
+                        result[0],
+                        start,
+                        result[1],
+                        to_owner=to,
+                        from_fence=fence,
+                    )
+                )
+                self._held[key] = (to, result[0])
+        else:
+            self._held.pop(key, None)
+            if result is not None:
+                events.append(Event("release", key, owner, True, result[0], result[1]))
+
+
+def hammer(
+    url: str, worker: int, keys: list[str], seconds: float, seed: int, pooler: str | None = None
+) -> dict[str, Any]:
+    """Random acquire/renew/transfer/release on hot keys with short TTLs (``pooler``: as
+    `SqlLeaseProvider.from_url`'s)."""
+    return asyncio.run(_hammer(url, worker, keys, seconds, seed, pooler))
 
 
 async def _hammer(
-    url: str, worker: int, keys: list[str], seconds: float, seed: int
+    url: str, worker: int, keys: list[str], seconds: float, seed: int, pooler: str | None
 ) -> dict[str, Any]:
-    rng = random.Random(seed)
-    provider = SqlLeaseProvider.from_url(url, timeout=10, pool_size=4)
-    events: list[Event] = []
-    held: dict[str, tuple[str, int]] = {}  # key -> (owner, fence) as this worker believes
-    serial = 0
+    script = Hammer(random.Random(seed), keys, f"w{worker}\0")
+    provider = SqlLeaseProvider.from_url(url, timeout=10, pool_size=4, pooler=pooler)
+    calls = {
+        "acquire_lease": provider.acquire_lease,
+        "renew": provider.renew,
+        "transfer": provider.transfer,
+        "release": provider.release,
+    }
     deadline = time.monotonic() + seconds
-
-    def new_owner() -> str:
-        nonlocal serial
-        serial += 1
-        return f"w{worker}\0{serial}"
-
     try:
         while time.monotonic() < deadline:
-            key = rng.choice(keys)
-            ttl = rng.choice([15, 40, 80, 200])
-            mine = held.get(key)
-            roll = rng.random()
-            if mine is None or roll < 0.1:
-                owner = mine[0] if mine is not None else new_owner()
-                res = await provider.acquire_lease(key, owner, ttl)
-                if res.acquired:
-                    assert res.expires_at is not None and res.fence is not None
-                    events.append(
-                        Event(
-                            "acquire",
-                            key,
-                            owner,
-                            True,
-                            res.fence,
-                            res.expires_at - timedelta(milliseconds=ttl),
-                            res.expires_at,
-                        )
-                    )
-                    held[key] = (owner, res.fence)
-                else:
-                    events.append(
-                        Event(
-                            "acquire", key, owner, False, holder=res.owner, holder_fence=res.fence
-                        )
-                    )
-                    held.pop(key, None)
-                continue
-            owner, fence = mine
-            if roll < 0.5:
-                if roll < 0.13:
-                    await asyncio.sleep(0.25)  # a paused owner: its lease expires meanwhile
-                renewed = await provider.renew(key, owner, ttl)
-                if renewed is None:
-                    held.pop(key, None)
-                    events.append(Event("renew", key, owner, False, fence))
-                else:
-                    events.append(
-                        Event(
-                            "renew",
-                            key,
-                            owner,
-                            True,
-                            renewed[0],
-                            renewed[1] - timedelta(milliseconds=ttl),
-                            renewed[1],
-                        )
-                    )
-            elif roll < 0.7:
-                to = new_owner()
-                moved = await provider.transfer(key, owner, to, ttl)
-                if moved is None:
-                    held.pop(key, None)
-                    events.append(Event("transfer", key, owner, False, fence, to_owner=to))
-                else:
-                    events.append(
-                        Event(
-                            "transfer",
-                            key,
-                            owner,
-                            True,
-                            moved[0],
-                            moved[1] - timedelta(milliseconds=ttl),
-                            moved[1],
-                            to_owner=to,
-                            from_fence=fence,
-                        )
-                    )
-                    held[key] = (to, moved[0])
-            elif roll < 0.9:
-                released = await provider.release(key, owner)
-                held.pop(key, None)
-                if released is not None:
-                    events.append(Event("release", key, owner, True, released[0], released[1]))
-            else:
-                held.pop(key, None)  # walk away: let it expire
-                await asyncio.sleep(rng.choice([0, 0.01, 0.05]))
+            step = script.step()
+            if step.pause:
+                await asyncio.sleep(step.pause)
+            if step.call is not None:
+                script.record(step, await calls[step.call](*step.args))
     finally:
         await provider.aclose()
-    return {"events": events, "reruns": provider.acquire_reruns, "reads": provider.acquire_reads}
+    return {
+        "events": script.events,
+        "reruns": provider.acquire_reruns,
+        "reads": provider.acquire_reads,
+    }
 
 
 def chain_holder(url: str, key: str, first: str, transfers: int, ttl: int) -> list[str]:

@@ -6,98 +6,37 @@ import os
 import random
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 from sql_lease import exclusive
 from sql_lease.sync import SqlLeaseProvider
-from tests.integration._race_workers import Event
+from tests.integration._race_workers import Event, Hammer
 
 
 def hammer(url: str, worker: int, keys: list[str], seconds: float, threads: int) -> dict[str, Any]:
-    """``threads`` threads sharing one sync provider: random acquire/renew/transfer/release."""
+    """``threads`` threads sharing one sync provider: random acquire/renew/transfer/release
+    (the async race test's `Hammer` script)."""
     provider = SqlLeaseProvider.from_url(url, timeout=10, pool_size=threads)
+    calls = {
+        "acquire_lease": provider.acquire_lease,
+        "renew": provider.renew,
+        "transfer": provider.transfer,
+        "release": provider.release,
+    }
     events: list[Event] = []
     lock = threading.Lock()
 
     def run(thread: int) -> None:
-        rng = random.Random(worker * 1000 + thread)
-        held: dict[str, tuple[str, int]] = {}
-        serial = 0
+        script = Hammer(random.Random(worker * 1000 + thread), keys, f"w{worker}\0t{thread}\0")
         deadline = time.monotonic() + seconds
-
-        def new_owner() -> str:
-            nonlocal serial
-            serial += 1
-            return f"w{worker}\0t{thread}\0{serial}"
-
-        mine: list[Event] = []
         while time.monotonic() < deadline:
-            key = rng.choice(keys)
-            ttl = rng.choice([15, 40, 80, 200])
-            have = held.get(key)
-            roll = rng.random()
-            if have is None or roll < 0.1:
-                owner = have[0] if have is not None else new_owner()
-                res = provider.acquire_lease(key, owner, ttl)
-                if res.acquired:
-                    assert res.expires_at is not None and res.fence is not None
-                    start = res.expires_at - timedelta(milliseconds=ttl)
-                    mine.append(
-                        Event("acquire", key, owner, True, res.fence, start, res.expires_at)
-                    )
-                    held[key] = (owner, res.fence)
-                else:
-                    mine.append(
-                        Event(
-                            "acquire", key, owner, False, holder=res.owner, holder_fence=res.fence
-                        )
-                    )
-                    held.pop(key, None)
-                continue
-            owner, fence = have
-            if roll < 0.5:
-                if roll < 0.13:
-                    time.sleep(0.25)  # a paused owner: its lease expires meanwhile
-                renewed = provider.renew(key, owner, ttl)
-                if renewed is None:
-                    held.pop(key, None)
-                    mine.append(Event("renew", key, owner, False, fence))
-                else:
-                    start = renewed[1] - timedelta(milliseconds=ttl)
-                    mine.append(Event("renew", key, owner, True, renewed[0], start, renewed[1]))
-            elif roll < 0.7:
-                to = new_owner()
-                moved = provider.transfer(key, owner, to, ttl)
-                if moved is None:
-                    held.pop(key, None)
-                    mine.append(Event("transfer", key, owner, False, fence, to_owner=to))
-                else:
-                    start = moved[1] - timedelta(milliseconds=ttl)
-                    mine.append(
-                        Event(
-                            "transfer",
-                            key,
-                            owner,
-                            True,
-                            moved[0],
-                            start,
-                            moved[1],
-                            to_owner=to,
-                            from_fence=fence,
-                        )
-                    )
-                    held[key] = (to, moved[0])
-            elif roll < 0.9:
-                released = provider.release(key, owner)
-                held.pop(key, None)
-                if released is not None:
-                    mine.append(Event("release", key, owner, True, released[0], released[1]))
-            else:
-                held.pop(key, None)
-                time.sleep(rng.choice([0, 0.01, 0.05]))
+            step = script.step()
+            if step.pause:
+                time.sleep(step.pause)
+            if step.call is not None:
+                script.record(step, calls[step.call](*step.args))
         with lock:
-            events.extend(mine)
+            events.extend(script.events)
 
     pool = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
     for t in pool:

@@ -2,24 +2,30 @@
 
 - `catalogue`: the statements (guard included), plain data;
 - `driver`: asyncpg's per-connection fetch, cancel-then-drop, ``from_url`` engine defaults;
+- `psycopg_driver`: psycopg's fetch behind a transaction pooler (one round trip per call,
+  server-side timeouts set inside it);
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
-- `sync`, `sync_listen`: psycopg's executor and LISTEN thread for the sync provider.
+- `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);
+- `sync`, `sync_connect`, `sync_listen`: psycopg's executor, how it connects, and the LISTEN
+  thread for the sync provider.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+import asyncpg
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._dberrors import Failure
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
-from ...errors import LeaseDatabaseError
-from .. import Adaptor
-from . import driver, errors
+from ...errors import LeaseDatabaseError, LeaseValueError
+from .. import Adaptor, Fetch, SyncExecutor
+from . import driver, errors, urls
 from .catalogue import build_catalogue
 from .listen import Listener
 
@@ -33,6 +39,15 @@ class PostgresBackend:
     async_driver: Final = "postgresql+asyncpg"
     has_schemas: Final = True
     title: Final = "PostgreSQL"
+    url_schemes: Final = urls.SCHEMES
+    url_example: Final = "postgresql://user:password@host:port/db (or postgres://)"
+    sync_driver: Final = "postgresql+psycopg"
+
+    def normalize_url(self, url: URL) -> URL:
+        return urls.normalize_url(url)
+
+    def extra_tables(self, table_name: str) -> frozenset[str]:
+        return frozenset()  # the fence is a sequence, which autogenerate does not compare
 
     def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
         return build_catalogue(table_name, schema)
@@ -55,11 +70,39 @@ class PostgresBackend:
         )
 
     def adaptor(self, timeout: float, synchronous_commit: bool) -> Adaptor:
-        # Timeouts and durability are server settings of the connection (engine_arguments).
-        return driver.fetch_of
+        # asyncpg: timeouts and durability are server settings of the connection
+        # (engine_arguments); psycopg (behind a transaction pooler): set per statement.
+        psycopg_fetch: list[Adaptor] = []
+
+        def adapt(fairy: PoolProxiedConnection) -> Fetch:
+            if isinstance(fairy.driver_connection, asyncpg.Connection):
+                return driver.fetch_of(fairy)
+            if not psycopg_fetch:
+                from . import psycopg_driver  # psycopg: imported only on a psycopg engine
+
+                psycopg_fetch.append(psycopg_driver.fetch_for(timeout, driver.SERVER_SHARE))
+            return psycopg_fetch[0](fairy)
+
+        return adapt
 
     async def settle(self, fairy: PoolProxiedConnection) -> None:
-        await driver.settle(fairy)
+        if isinstance(fairy.driver_connection, asyncpg.Connection):
+            await driver.settle(fairy)
+        else:
+            from . import psycopg_driver
+
+            await psycopg_driver.settle(fairy)
+
+    def engine_url(self, url: URL, pooler: str | None) -> URL:
+        if pooler != "transaction":
+            return url
+        try:
+            from . import psycopg_driver
+        except ImportError as exc:
+            raise LeaseValueError(
+                'pooler="transaction" runs on psycopg 3: pip install "sql-lease[pooler]"'
+            ) from exc
+        return psycopg_driver.engine_url(url)
 
     def engine_arguments(
         self,
@@ -81,7 +124,11 @@ class PostgresBackend:
         )
 
     def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
-        if pooler is not None:
+        if engine.dialect.driver == "psycopg":
+            from . import psycopg_driver
+
+            psycopg_driver.watch_engine(engine, connect_timeout=timeout)
+        elif pooler is not None:
             driver.watch_server_timeouts(engine, timeout)
 
     def wakeup_source(
@@ -89,17 +136,75 @@ class PostgresBackend:
     ) -> WakeupSource | None:
         return Listener(pool, channel, timeout, sink)
 
+    def sync_url_executor(
+        self,
+        url: URL,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        connect_timeout: float,
+        synchronous_commit: bool,
+        pool_size: int,
+    ) -> SyncExecutor:
+        from .sync_connect import url_executor  # psycopg: the `sync` extra, imported on use
+
+        return url_executor(
+            url,
+            table,
+            where=where,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            synchronous_commit=synchronous_commit,
+            pool_size=pool_size,
+        )
+
+    def sync_engine_executor(
+        self, engine: Engine, table: str, *, where: str, timeout: float
+    ) -> SyncExecutor:
+        from .sync_connect import engine_executor
+
+        return engine_executor(engine, table, where=where, timeout=timeout)
+
     def migration_connect_args(
-        self, *, timeout: float | None, connect_timeout: float, busy_seconds: float, create: bool
+        self,
+        *,
+        timeout: float | None,
+        connect_timeout: float,
+        busy_seconds: float,
+        create: bool,
+        pooler: str | None = None,
     ) -> dict[str, Any]:
         args: dict[str, Any] = {"timeout": connect_timeout}
+        if pooler is not None:  # unnamed statements, no startup parameter but the name
+            bound = connect_timeout if timeout is None else timeout
+            driver.engine_arguments(
+                args,
+                {},
+                timeout=bound,
+                connect_timeout=connect_timeout,
+                synchronous_commit=True,
+                pooler=pooler,
+            )
+            return args
         if timeout is not None:
             millis = str(max(1, round(timeout * 1000 * driver.SERVER_SHARE)))
             args["server_settings"] = {"statement_timeout": millis, "lock_timeout": millis}
         return args
 
-    async def begin_migration(self, conn: AsyncConnection, *, prepare: bool, busy: float) -> None:
+    async def begin_migration(
+        self,
+        conn: AsyncConnection,
+        *,
+        prepare: bool,
+        busy: float,
+        server_timeout: float | None = None,
+    ) -> None:
         await conn.begin()
+        if server_timeout is not None:
+            millis = max(1, round(server_timeout * 1000))
+            for name in ("statement_timeout", "lock_timeout"):
+                await conn.exec_driver_sql(f"SET LOCAL {name} = {millis}")
 
 
 BACKEND: Final = PostgresBackend()

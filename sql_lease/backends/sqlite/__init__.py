@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
@@ -22,9 +23,9 @@ from ..._dberrors import Failure
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor
+from .. import Adaptor, SyncExecutor
 from . import driver, errors, startup
-from .catalogue import build_catalogue
+from .catalogue import build_catalogue, counter_table_name
 
 __all__ = ["BACKEND", "SqliteBackend"]
 
@@ -36,6 +37,21 @@ class SqliteBackend:
     async_driver: Final = "sqlite+aiosqlite"
     has_schemas: Final = False
     title: Final = "SQLite"
+    url_schemes: Final = frozenset({"sqlite", "sqlite+aiosqlite"})
+    url_example: Final = "sqlite:///path.db"
+    sync_driver: Final = "sqlite+pysqlite"
+
+    def normalize_url(self, url: URL) -> URL:
+        """A file (``sqlite:///path``); an in-memory database is refused."""
+        if url.database in (None, "", ":memory:") or "mode=memory" in str(url.query):
+            raise LeaseValueError(
+                "an in-memory SQLite database is private to one connection: use a file, "
+                "sqlite:///path/to/leases.db (or InMemoryLeaseProvider within one process)"
+            )
+        return url.set(drivername=self.async_driver)
+
+    def extra_tables(self, table_name: str) -> frozenset[str]:
+        return frozenset({counter_table_name(table_name)})  # PostgreSQL's fence sequence
 
     def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
         return build_catalogue(table_name)
@@ -83,6 +99,9 @@ class SqliteBackend:
             synchronous_commit=synchronous_commit,
         )
 
+    def engine_url(self, url: URL, pooler: str | None) -> URL:
+        return url
+
     def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
         return None
 
@@ -91,16 +110,58 @@ class SqliteBackend:
     ) -> WakeupSource | None:
         return None
 
+    def sync_url_executor(
+        self,
+        url: URL,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        connect_timeout: float,
+        synchronous_commit: bool,
+        pool_size: int,
+    ) -> SyncExecutor:
+        from .sync import FileSqliteSource, SqliteExecutor, pragmas
+
+        path = url.database
+        assert path is not None  # normalize_url refused the rest
+        settings = pragmas(timeout, synchronous_commit)
+        source = FileSqliteSource(path, settings=settings, size=pool_size)
+        return SqliteExecutor(source, where=where, table=table)
+
+    def sync_engine_executor(
+        self, engine: Engine, table: str, *, where: str, timeout: float
+    ) -> SyncExecutor:
+        from .sync import EngineSqliteSource, SqliteExecutor, pragmas
+
+        source = EngineSqliteSource(engine, settings=pragmas(timeout, True))
+        return SqliteExecutor(source, where=where, table=table)
+
     def migration_connect_args(
-        self, *, timeout: float | None, connect_timeout: float, busy_seconds: float, create: bool
+        self,
+        *,
+        timeout: float | None,
+        connect_timeout: float,
+        busy_seconds: float,
+        create: bool,
+        pooler: str | None = None,
     ) -> dict[str, Any]:
+        if pooler is not None:
+            raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")
         # Driver-level autocommit: the migration's transaction is the one it begins itself.
         args: dict[str, Any] = {"isolation_level": None, "timeout": busy_seconds}
         if not create:
             args["async_creator_fn"] = startup.open_existing
         return args
 
-    async def begin_migration(self, conn: AsyncConnection, *, prepare: bool, busy: float) -> None:
+    async def begin_migration(
+        self,
+        conn: AsyncConnection,
+        *,
+        prepare: bool,
+        busy: float,
+        server_timeout: float | None = None,
+    ) -> None:
         if prepare:  # the upgrade puts the file in WAL mode, once, for every later connection
             raw = await conn.get_raw_connection()
             await startup.ensure_wal(raw.driver_connection, busy)

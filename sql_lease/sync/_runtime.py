@@ -1,0 +1,61 @@
+"""What `hold` and `wait_for_lease` keep per sync provider: renewer, waiters, claims.
+
+`Lifecycle` is the small seam that `HeldLease` and the waiting code use (never the provider's
+private names); the `SyncLifecycle` mixin of both sync providers owns one.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .._contract import AcquireResult
+from .._validate import Millis
+from ..errors import LeaseAlreadyHeld, LeaseClosedError
+from ._capabilities import SyncLeaseProvider
+from ._renewer import Renewer
+from ._wait import Hub, wait_for
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle:
+    """The renewal thread, waiter hub and claimed (key, owner) pairs of one provider."""
+
+    def __init__(self, provider: SyncLeaseProvider) -> None:
+        self.renewer = Renewer(provider)
+        self.hub = Hub()
+        self.closed = False
+        self._claims: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def claim(self, key: str, owner: str) -> None:
+        """Refuse a second hold of ``key`` by ``owner`` in this provider (`LeaseAlreadyHeld`)."""
+        with self._lock:
+            if self.closed:
+                raise LeaseClosedError("hold")
+            if (key, owner) in self._claims:
+                raise LeaseAlreadyHeld(key, owner)
+            self._claims.add((key, owner))
+
+    def unclaim(self, key: str, owner: str) -> None:
+        with self._lock:
+            self._claims.discard((key, owner))
+
+    def notify_local(self, key: str) -> None:
+        """Wake a local waiter of ``key`` (when no NOTIFY or the provider itself does it)."""
+        hub = self.hub
+        if hub.listener is None and not hub.self_notifying:
+            hub.notify(key)
+
+    def wait_for(
+        self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    ) -> tuple[AcquireResult, float]:
+        return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
+
+    def close(self) -> None:
+        """The provider closes: held leases count as lost (left to expire), listening ends."""
+        self.closed = True
+        for ticket in self.renewer.stop():
+            ticket.gone("its provider was closed")
+        if self.hub.listener is not None:
+            self.hub.listener.close()
