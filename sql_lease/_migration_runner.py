@@ -5,6 +5,11 @@ the server's ``statement_timeout`` and ``lock_timeout`` are set to 80% of it so 
 gives up first and the migration's transaction rolls back cleanly. ``connect_timeout`` bounds
 opening the connection. A call past a bound raises `LeaseTimeoutError`.
 
+Behind a connection pooler (``pooler="transaction"`` or ``"session"``, a URL only) the
+connection sends no startup parameter the pooler refuses and uses only unnamed statements;
+the server's timeouts are then set with ``SET LOCAL`` inside the migration's one transaction
+(reads, `current` and `check`, have only the client-side bound).
+
 On SQLite a migration writes in one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
 before it reads the version table (a read that later writes cannot wait for the lock, and
 would fail at once while another process writes), so concurrent migrators run one after the
@@ -24,6 +29,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from ._provider_args import check_seconds
 from ._urls import build_engine, normalize_url, redact
 from .backends import backend_for, backend_for_url
 from .backends.sqlite.startup import MissingDatabaseFile
@@ -44,32 +50,35 @@ T = TypeVar("T")
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
 SERVER_SHARE: Final = 0.8  # server-side (busy, statement) timeouts as a share of ``timeout``
 SQLITE_BUSY_DEFAULT: Final = 5.0  # SQLite's busy timeout when the call has no ``timeout``
-MAX_SECONDS: Final = 86_400.0
-
-
-def check_seconds(what: str, value: object) -> float:
-    """``value`` as seconds: a number above 0 and at most a day."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise LeaseTypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not (0 < value <= MAX_SECONDS):
-        raise LeaseValueError(
-            f"{what} must be a number of seconds above 0 and at most {MAX_SECONDS:.0f} "
-            f"(one day), not {value!r}"
-        )
-    return float(value)
+POOLERS: Final = (None, "transaction", "session")
 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """How long a migration call may take (seconds; ``timeout=None``: no overall bound)."""
+    """How long a migration call may take (seconds; ``timeout=None``: no overall bound), and
+    the connection pooler in front of the database, if any."""
 
     timeout: float | None
     connect_timeout: float
+    pooler: str | None = None
 
     @classmethod
-    def of(cls, timeout: object, connect_timeout: object) -> Bounds:
+    def of(cls, timeout: object, connect_timeout: object, pooler: object = None) -> Bounds:
         seconds = None if timeout is None else check_seconds("timeout", timeout)
-        return cls(seconds, check_seconds("connect_timeout", connect_timeout))
+        if not (pooler is None or (isinstance(pooler, str) and pooler in POOLERS)):
+            raise LeaseValueError(
+                f'pooler must be None, "transaction" or "session", not {pooler!r}'
+            )
+        name = pooler if isinstance(pooler, str) else None
+        return cls(seconds, check_seconds("connect_timeout", connect_timeout), name)
+
+    @property
+    def server_timeout(self) -> float | None:
+        """Server-side statement and lock timeout to set in the transaction (behind a pooler,
+        where the connection cannot carry them), else None."""
+        if self.pooler is None or self.timeout is None:
+            return None
+        return self.timeout * SERVER_SHARE
 
     @property
     def busy_seconds(self) -> float:
@@ -98,6 +107,11 @@ def check_target(target: object, operation: str) -> None:
 def _engine_for(target: Target, bounds: Bounds, *, create: bool) -> tuple[AsyncEngine, bool]:
     """The engine to use and whether this call owns it (and so disposes of it)."""
     if isinstance(target, AsyncEngine):
+        if bounds.pooler is not None:
+            raise LeaseValueError(
+                "pooler= applies to a URL: an AsyncEngine's connect arguments are its own "
+                "(behind a pooler, give it statement_cache_size=0 and no server_settings)"
+            )
         return target, False
     url = normalize_url(target)
     connect_args = backend_for_url(url).migration_connect_args(
@@ -105,6 +119,7 @@ def _engine_for(target: Target, bounds: Bounds, *, create: bool) -> tuple[AsyncE
         connect_timeout=bounds.connect_timeout,
         busy_seconds=bounds.busy_seconds,
         create=create,
+        pooler=bounds.pooler,
     )
     return build_engine(url, poolclass=NullPool, connect_args=connect_args), True
 
@@ -174,7 +189,9 @@ async def _run(
         async with engine.connect() as conn:
             if not write:
                 return await conn.run_sync(fn, *args)
-            await backend_for(engine).begin_migration(conn, prepare=wal, busy=bounds.busy_seconds)
+            await backend_for(engine).begin_migration(
+                conn, prepare=wal, busy=bounds.busy_seconds, server_timeout=bounds.server_timeout
+            )
             result = await conn.run_sync(fn, *args)
             await conn.commit()
             return result

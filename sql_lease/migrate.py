@@ -12,8 +12,12 @@ by default), never in ``alembic_version``, so they coexist with an application's
 
 ``timeout`` bounds a whole call, connecting included (``None``: no bound), and
 ``connect_timeout`` the opening of the connection; past either, `LeaseTimeoutError` (see
-`sql_lease._migration_runner`). On SQLite, an upgrade creates the file if needed and puts it in
-WAL mode; the other calls never create a file (a missing file is at no revision).
+`sql_lease._migration_runner`). ``pooler="transaction"`` or ``"session"``: the URL reaches
+PostgreSQL through a connection pooler (PgBouncer and the like), as for
+`SqlLeaseProvider.from_url`: no startup parameter but ``application_name``, only unnamed
+statements, and the server-side timeouts set inside the migration's one transaction. On
+SQLite, an upgrade creates the file if needed and puts it in WAL mode; the other calls never
+create a file (a missing file is at no revision).
 """
 
 from __future__ import annotations
@@ -238,12 +242,13 @@ async def upgrade_async(
     schema: str | None = None,
     timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,  # noqa: ASYNC109
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> None:
     """Upgrade the leases schema of ``target`` (a URL or an `AsyncEngine`) to ``revision``.
 
     Idempotent, one transaction. A SQLite file is created if missing and put in WAL mode.
     """
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     await _migrate("upgrade", target, revision, table_name, schema, bounds)
 
 
@@ -255,12 +260,13 @@ async def downgrade_async(
     schema: str | None = None,
     timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,  # noqa: ASYNC109
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> None:
     """Downgrade to ``revision``; ``base`` drops the table, sequence and version table.
 
     A SQLite file that does not exist is left alone (there is nothing to downgrade).
     """
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     await _migrate("downgrade", target, revision, table_name, schema, bounds)
 
 
@@ -288,9 +294,10 @@ async def current_async(
     schema: str | None = None,
     timeout: float | None = DEFAULT_PROBE_TIMEOUT,  # noqa: ASYNC109
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> str | None:
     """The revision the database is at, or None when the migrations were never applied."""
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     return await _current_async("current", target, table_name, schema, bounds)
 
 
@@ -301,9 +308,12 @@ async def check_async(
     schema: str | None = None,
     timeout: float | None = DEFAULT_PROBE_TIMEOUT,  # noqa: ASYNC109
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> bool:
     """True when the database is at the head revision this library ships."""
-    return await _check_async(target, table_name, schema, Bounds.of(timeout, connect_timeout))
+    return await _check_async(
+        target, table_name, schema, Bounds.of(timeout, connect_timeout, pooler)
+    )
 
 
 async def _check_async(
@@ -340,13 +350,14 @@ def upgrade(
     sql: bool = False,
     timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> str | None:
     """Upgrade to ``revision``. With ``sql=True`` return the SQL instead (no database used)."""
     if sql:
         return _offline("upgrade", url, revision, MigrationNames(table_name, schema))
     if url is None:
         raise LeaseValueError("upgrade needs a database URL unless sql=True")
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     _run("upgrade", lambda: _migrate("upgrade", url, revision, table_name, schema, bounds))
     return None
 
@@ -360,13 +371,14 @@ def downgrade(
     sql: bool = False,
     timeout: float | None = DEFAULT_MIGRATION_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> str | None:
     """Downgrade to ``revision``. With ``sql=True`` return the SQL (offline needs ``FROM:TO``)."""
     if sql:
         return _offline("downgrade", url, revision, MigrationNames(table_name, schema))
     if url is None:
         raise LeaseValueError("downgrade needs a database URL unless sql=True")
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     _run("downgrade", lambda: _migrate("downgrade", url, revision, table_name, schema, bounds))
     return None
 
@@ -378,9 +390,10 @@ def current(
     schema: str | None = None,
     timeout: float | None = DEFAULT_PROBE_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> str | None:
     """The revision the database is at, or None."""
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     return _run("current", lambda: _current_async("current", url, table_name, schema, bounds))
 
 
@@ -391,7 +404,8 @@ def check(
     schema: str | None = None,
     timeout: float | None = DEFAULT_PROBE_TIMEOUT,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    pooler: str | None = None,
 ) -> bool:
     """True when the database is at head (a readiness check for deploy pipelines)."""
-    bounds = Bounds.of(timeout, connect_timeout)
+    bounds = Bounds.of(timeout, connect_timeout, pooler)
     return _run("check", lambda: _check_async(url, table_name, schema, bounds))

@@ -15,10 +15,11 @@ from ..errors import LeaseError
 from ..migrate import ENV_SCHEMA, ENV_TABLE, ENV_URL
 from ..schema import DEFAULT_TABLE
 from ._db import Target, resolve
-from ._errors import CliError, describe
+from ._errors import CliError, ExitCode, describe
 from ._values import parse_duration_ms, unescape
 
 __all__ = [
+    "ENV_POOLER",
     "ENV_QUIET",
     "Settings",
     "database_options",
@@ -35,6 +36,7 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_QUIET = "SQL_LEASE_QUIET"
+ENV_POOLER = "SQL_LEASE_POOLER"
 
 #: The longest --timeout: what `SqlLeaseProvider` accepts (one day).
 MAX_TIMEOUT_MS = 86_400_000
@@ -99,6 +101,7 @@ class Settings:
     timeout_ms: int
     as_json: bool
     quiet: bool = False  #: do not say which database is used
+    pooler: str | None = None  #: "transaction" or "session": the URL reaches a pooler
 
 
 def json_option(fn: F) -> F:
@@ -106,8 +109,8 @@ def json_option(fn: F) -> F:
 
 
 def database_options(fn: F) -> F:
-    """Add --url, --table, --schema, --timeout, --quiet and --json; pass them on as
-    ``settings``. Expected failures become a `CliError` (see `describe`)."""
+    """Add --url, --table, --schema, --pooler, --timeout, --quiet and --json; pass them on
+    as ``settings``. Expected failures become a `CliError` (see `describe`)."""
 
     @click.option(
         "--url",
@@ -122,6 +125,14 @@ def database_options(fn: F) -> F:
         help=f"Leases table (env {ENV_TABLE}).",
     )
     @click.option("--schema", default=None, envvar=ENV_SCHEMA, help=f"Schema (env {ENV_SCHEMA}).")
+    @click.option(
+        "--pooler",
+        type=click.Choice(["transaction", "session"]),
+        default=None,
+        envvar=ENV_POOLER,
+        help=f"The URL reaches PostgreSQL through a connection pooler such as PgBouncer, in "
+        f"this pooling mode (env {ENV_POOLER}).",
+    )
     @click.option(
         "--timeout",
         default="5s",
@@ -144,12 +155,20 @@ def database_options(fn: F) -> F:
         url: str | None,
         table: str,
         schema: str | None,
+        pooler: str | None,
         timeout: int,
         quiet: bool,
         as_json: bool,
         **kwargs: Any,
     ) -> Any:
-        settings = Settings(resolve(url), table, schema or None, timeout, as_json, quiet)
+        target = resolve(url)
+        if pooler is not None and target.embedded:
+            raise CliError(
+                f"--pooler needs a PostgreSQL --url (or {ENV_URL}): the embedded SQLite "
+                "database has no pooler",
+                ExitCode.USAGE,
+            )
+        settings = Settings(target, table, schema or None, timeout, as_json, quiet, pooler)
         try:
             return fn(*args, settings=settings, **kwargs)
         except CliError:

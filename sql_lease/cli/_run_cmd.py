@@ -103,6 +103,11 @@ def run_cmd(
     """
     if at_least > at_most:
         raise CliError("--at-least must not be longer than --at-most", ExitCode.USAGE)
+    if settings.pooler is not None:
+        # The sync provider sets its server-side timeouts at connect time, which a pooler refuses.
+        raise CliError(
+            "sql-lease run does not support --pooler: give it a direct URL", ExitCode.USAGE
+        )
     if settings.target.note:
         note(settings.target.note)
     if settings.target.embedded:

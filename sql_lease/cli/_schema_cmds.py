@@ -27,13 +27,15 @@ def _offline_url(settings: Settings) -> str | None:
 
 
 def _where(settings: Settings) -> dict[str, Any]:
-    """Table, schema and bounds for `migrate`: ``--timeout`` bounds each call end to end."""
+    """Table, schema, bounds and pooler for `migrate`: ``--timeout`` bounds each call end to
+    end."""
     seconds = settings.timeout_ms / 1000
     return {
         "table_name": settings.table,
         "schema": settings.schema,
         "timeout": seconds,
         "connect_timeout": seconds,
+        "pooler": settings.pooler,
     }
 
 

@@ -39,6 +39,7 @@ def with_provider(settings: Settings, body: Callable[[SqlLeaseProvider], Awaitab
             schema=settings.schema,
             timeout=seconds,
             connect_timeout=seconds,
+            pooler=settings.pooler,
         )
         try:
             return await body(provider)

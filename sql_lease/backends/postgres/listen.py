@@ -1,10 +1,12 @@
 """PostgreSQL's wake-up source: the LISTEN connection that turns NOTIFYs into waiter wake-ups.
 
 One dedicated asyncpg connection per provider, opened lazily when the first waiter needs it:
-it is checked out of the provider's SQLAlchemy pool (so it gets the engine's connect arguments:
-TLS, server settings, credentials) and then detached from the pool, so it never occupies a
-pool slot. It LISTENs on the table's channel; each notification's payload is the hex of the
-key's bytes and wakes one waiter of that key. A lost connection is reopened with backoff
+it is opened through a fresh copy of the provider's SQLAlchemy pool (`Pool.recreate`: the
+engine's connect arguments, TLS, server settings, credentials and pool events) and then
+detached, so it never waits for, nor occupies, a slot of the pool the provider's calls share:
+a burst of calls that has every slot checked out cannot starve the listener. It LISTENs on
+the table's channel; each notification's payload is the hex of the key's bytes and wakes one
+waiter of that key. A lost connection is reopened with backoff
 while anyone waits, and every reconnect wakes the sleeping waiters (notifications may have
 been missed meanwhile). A cheap ``SELECT 1`` every `HEALTH_S` seconds catches half-open
 connections. With no waiters left the connection is kept for `LINGER_S` seconds, then closed;
@@ -111,7 +113,8 @@ class Listener:
 
     async def _connect(self) -> asyncpg.Connection:
         async with asyncio.timeout(self._timeout):
-            fairy = await greenlet_spawn(self._pool.connect)
+            # Not the shared pool itself: its slots may all be out (held by a burst of calls).
+            fairy = await greenlet_spawn(self._pool.recreate().connect)
             conn = cast("asyncpg.Connection", fairy.driver_connection)
             fairy.detach()  # ours now: the pool forgets it and its slot is free
             try:
