@@ -1,20 +1,28 @@
-"""Throughput of the lease lifecycle through PgBouncer transaction pooling vs direct.
+"""Throughput through PgBouncer transaction pooling vs direct, side by side.
 
-    python benchmarks/bench_pooler.py                    # 4 alternating rounds of 3 s each
+    python benchmarks/bench_pooler.py                    # 3 alternating rounds of 2 s per cell
     python benchmarks/bench_pooler.py --rounds 6 --duration 5 --clients 32 --json out.json
 
-Each client loops acquire -> renew -> release on its own key (no contention: this measures the
-pooler's cost). Variants, alternated round by round so machine noise hits them alike:
+Two cells, each with ``--clients`` concurrent callers on their own keys (no contention: this
+measures the pooler's cost): ``lifecycle`` loops acquire -> renew -> release, ``read`` loops
+``get_lease_owner`` on a held key. Variants, alternated round by round so machine noise hits
+them alike:
 
-- ``direct``: `SqlLeaseProvider.from_url` with its defaults (asyncpg's statement cache on);
-- ``direct-nocache``: the same with ``statement_cache_size=0`` (what a pooler needs);
-- ``pgbouncer-tx``: through a PgBouncer (started here, transaction mode, pool of
-  ``--pool-size`` server connections) with the cache off and the pooler told to ignore the
-  ``statement_timeout``/``lock_timeout`` startup parameters: the only settings that make today's
-  `from_url` work behind it (and then the server-side timeouts are off; see tests/infra).
+- ``direct``: `SqlLeaseProvider.from_url` with its defaults (asyncpg, named statements cached
+  per connection, timeouts as startup parameters);
+- ``direct-unnamed``: the same with asyncpg's statement cache off (every statement parsed and
+  planned again: what any pooler-safe mode costs the server);
+- ``direct-psycopg``: ``pooler="transaction"`` straight to the server (the psycopg wire of the
+  next variant without the pooler: what the pooler itself costs is the gap between the two);
+- ``pgbouncer-tx``: ``pooler="transaction"`` through a PgBouncer started here (transaction
+  mode, ``--pool-size`` server connections, its default settings): psycopg, one simple-protocol
+  round trip per call with the server-side timeouts set inside it;
+- ``pgbouncer-tx-asyncpg``: the asyncpg pooler mode (``pooler="session"`` settings: unnamed
+  statements, two round trips each, no server-side timeouts) through the same PgBouncer; what
+  ``pooler="transaction"`` did before it ran on psycopg.
 
-Prints a table (median ops/s per variant, ratio to ``direct``) and, with ``--json``, writes it.
-Needs the ``pgbouncer`` binary and the local server (``--pg-url``; trust auth for the pooler).
+Prints a table (median ops/s per variant and cell, ratio to ``direct``) and, with ``--json``,
+writes it. Needs the ``pgbouncer`` binary and the local server (``--pg-url``; trust auth).
 """
 
 from __future__ import annotations
@@ -27,39 +35,49 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sql_lease import SqlLeaseProvider, migrate
+from sql_lease import LeaseError, SqlLeaseProvider, migrate
 from tests.infra.pgbouncer import PgBouncer
 
+CELLS = ("lifecycle", "read")
 
-async def lifecycle(
-    url: str, connect_args: dict[str, object], clients: int, duration: float
+
+async def measure(
+    cell: str, url: str, options: dict[str, Any], clients: int, seconds: float
 ) -> float:
     provider = SqlLeaseProvider.from_url(
-        url, timeout=10, connect_args=connect_args, pool_size=clients, max_overflow=0
+        url, timeout=10, pool_size=clients, max_overflow=0, **options
     )
     done = 0
-    stop = time.monotonic() + duration
+    stop = 0.0
 
     async def client(n: int) -> None:
         nonlocal done
-        key, owner = f"bench-{n}", f"owner-{n}"
+        key, owner = f"bench-{cell}-{n}", f"owner-{n}"
+        if cell == "read":
+            await provider.acquire_lease(key, owner, 600_000)
         while time.monotonic() < stop:
-            await provider.acquire_lease(key, owner, 10_000)
-            await provider.renew_lease(key, owner, 10_000)
-            await provider.release_lease(key, owner)
-            done += 3
+            if cell == "lifecycle":
+                await provider.acquire_lease(key, owner, 10_000)
+                await provider.renew_lease(key, owner, 10_000)
+                await provider.release_lease(key, owner)
+                done += 3
+            else:
+                await provider.get_lease_owner(key)
+                done += 1
 
     try:
-        await asyncio.gather(*(client(n) for n in range(clients)))  # warm-up connections too
+        stop = time.monotonic() + min(0.5, seconds)  # warm-up: every connection opened
+        await asyncio.gather(*(client(n) for n in range(clients)))
         done = 0
-        stop = time.monotonic() + duration
         started = time.monotonic()
+        stop = started + seconds
         await asyncio.gather(*(client(n) for n in range(clients)))
         return done / (time.monotonic() - started)
     finally:
@@ -67,13 +85,14 @@ async def lifecycle(
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--pool-size", type=int, default=10)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--variants", help="comma-separated subset of the variants ('direct' first)")
     args = ap.parse_args()
     server = make_url(args.pg_url)
     db = f"sql_lease_bench_pooler_{uuid.uuid4().hex[:8]}"
@@ -91,43 +110,57 @@ def main() -> int:
         server_port=server.port or 5432,
         pool_mode="transaction",
         pool_size=args.pool_size,
-        ignore_startup_parameters=("statement_timeout", "lock_timeout"),
     )
-    results: dict[str, list[float]] = {"direct": [], "direct-nocache": [], "pgbouncer-tx": []}
+    results: dict[tuple[str, str], list[float]] = {}
+    failures: dict[str, list[str]] = {}
     try:
         migrate.upgrade(direct)
         bouncer.start()
-        variants: dict[str, tuple[str, dict[str, object]]] = {
+        pooled = bouncer.url(db)
+        variants: dict[str, tuple[str, dict[str, Any]]] = {
             "direct": (direct, {}),
-            "direct-nocache": (direct, {"statement_cache_size": 0}),
-            "pgbouncer-tx": (bouncer.url(db), {"statement_cache_size": 0}),
+            "direct-unnamed": (direct, {"connect_args": {"statement_cache_size": 0}}),
+            "direct-psycopg": (direct, {"pooler": "transaction"}),
+            "pgbouncer-tx": (pooled, {"pooler": "transaction"}),
+            "pgbouncer-tx-asyncpg": (pooled, {"pooler": "session"}),
         }
+        if args.variants:
+            chosen = ["direct", *(v for v in args.variants.split(",") if v != "direct")]
+            variants = {name: variants[name] for name in chosen}
         for r in range(args.rounds):
             order = list(variants) if r % 2 == 0 else list(reversed(variants))
-            for name in order:
-                url, connect_args = variants[name]
-                rate = asyncio.run(lifecycle(url, connect_args, args.clients, args.duration))
-                results[name].append(rate)
-                print(f"round {r + 1} {name:15s} {rate:9.0f} ops/s", flush=True)
+            for cell in CELLS:
+                for name in order:
+                    url, options = variants[name]
+                    try:
+                        rate = asyncio.run(measure(cell, url, options, args.clients, args.duration))
+                    except LeaseError as exc:  # counted, not hidden: the table shows it
+                        failures.setdefault(f"{cell}/{name}", []).append(str(exc))
+                        print(f"round {r + 1} {cell:9s} {name:21s} FAILED: {exc}", flush=True)
+                        continue
+                    results.setdefault((cell, name), []).append(rate)
+                    print(f"round {r + 1} {cell:9s} {name:21s} {rate:9.0f} ops/s", flush=True)
     finally:
         bouncer.stop()
         with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-    base = statistics.median(results["direct"])
-    table = {
-        name: {
-            "median_ops_per_s": statistics.median(v),
-            "ratio_to_direct": statistics.median(v) / base,
-            "rounds": v,
+    table: dict[str, dict[str, Any]] = {}
+    print(f"\n{'cell':9s} {'variant':21s} {'ops/s (median)':>15s} {'x direct':>9s}")
+    for (cell, name), rates in results.items():
+        base = statistics.median(results[(cell, "direct")])
+        row = {
+            "median_ops_per_s": statistics.median(rates),
+            "ratio_to_direct": statistics.median(rates) / base,
+            "rounds": rates,
+            "failed_rounds": len(failures.get(f"{cell}/{name}", [])),
         }
-        for name, v in results.items()
-    }
-    print(f"\n{'variant':15s} {'ops/s (median)':>15s} {'x direct':>9s}")
-    for name, row in table.items():
-        print(f"{name:15s} {row['median_ops_per_s']:15.0f} {row['ratio_to_direct']:9.2f}")
+        table[f"{cell}/{name}"] = row
+        print(f"{cell:9s} {name:21s} {row['median_ops_per_s']:15.0f} {row['ratio_to_direct']:9.2f}")
     meta = {"clients": args.clients, "pool_size": args.pool_size, "duration_s": args.duration}
     if args.json:
-        args.json.write_text(json.dumps({"settings": meta, "results": table}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"settings": meta, "results": table, "failures": failures}, indent=2) + "\n"
+        )
     return 0
 
 

@@ -83,9 +83,10 @@ async def test_a_hold_open_at_close_is_lost_and_left_to_expire(provider: Any) ->
     with pytest.raises(LeaseLost, match="its provider was closed"):
         await asyncio.wait_for(task, 30)
     if isinstance(provider, SqlLeaseProvider):  # not released: the body may still have run
-        url = provider.engine.url.render_as_string(hide_password=False)
-        async with SqlLeaseProvider.from_url(url) as other:
+        # A provider on the same engine: its connect settings (a pooler's too) apply.
+        async with SqlLeaseProvider(provider.engine) as other:
             assert await other.get_lease_owner("k") == "o"
+        await provider.engine.dispose()
 
 
 async def test_a_waiter_fails_at_once_when_its_provider_closes(provider: Any) -> None:

@@ -3,10 +3,13 @@
 The pooler runs with its default settings (no ``ignore_startup_parameters``), in transaction
 mode with fewer server connections than clients, so server connections really move between
 clients. What is shown: every contract operation works; 64 concurrent callers get no error and
-answers consistent with one owner at a time; a statement stuck on a row lock ends with
-`LeaseTimeoutError` from the client-side deadline and the provider goes on; session mode
-works; waiting polls behind a transaction pooler or listens on ``listen_url``. The semantics
-table of ``tests/contract/test_semantics.py`` runs here through the transaction pooler too.
+answers consistent with one owner at a time; the server-side timeouts are in force for every
+statement (a statement stuck on a row lock is cancelled by the server: `LeaseTimeoutError`,
+nothing applied) and leak to no other client of the server connection; a call past its
+deadline returns at once and its statement is cancelled on the server; session mode works;
+waiting polls behind a transaction pooler or listens on ``listen_url``. The whole contract
+suite runs through a transaction pooler too (``pgbouncer-transaction`` in
+``tests/contract/conftest.py``), and so does the multi-process race (``test_pgbouncer_races``).
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from sql_lease import (
     SqlLeaseProvider,
 )
 from sql_lease._wait import hub_for
+from sql_lease.backends import backend_for
 from sql_lease.backends.postgres.listen import Listener
 
-from ..contract import test_semantics
 from .pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(60)]
@@ -81,17 +84,6 @@ async def pooled(tx_bouncer: PgBouncer, database_url: str) -> AsyncIterator[SqlL
     await provider.aclose()
 
 
-# The semantics table (SPEC §3), row by row, through the transaction pooler.
-@pytest.fixture
-def provider(pooled: SqlLeaseProvider) -> SqlLeaseProvider:
-    return pooled
-
-
-for _name, _test in vars(test_semantics).items():
-    if _name.startswith("test_") and callable(_test):
-        globals()[f"{_name}_through_pgbouncer"] = _test
-
-
 def test_pooler_is_checked_before_any_io() -> None:
     nowhere = "postgresql://u:pw@127.0.0.1:1/db"
     with pytest.raises(LeaseValueError, match="pooler must be"):
@@ -123,10 +115,10 @@ async def test_every_operation_works_through_transaction_pooling_with_its_defaul
     assert await pooled.now() is not None
     await pooled.release_lease(key, "b")
     assert await pooled.get_lease_owner(key) is None
-    # The server-side timeouts could not be sent and the role sets none: said once, with the fix.
-    warnings = [r for r in caplog.records if r.name == "sql_lease" and "ALTER ROLE" in r.message]
-    assert len(warnings) == 1
-    assert "statement_timeout" in warnings[0].message and "lock_timeout" in warnings[0].message
+    # One round trip per call on psycopg, no startup parameter, no prepared statement; the
+    # timeouts are set per statement, so there is nothing to warn about.
+    assert pooled.engine.dialect.driver == "psycopg"
+    assert not [r for r in caplog.records if r.name == "sql_lease"]
 
 
 async def test_64_concurrent_callers_no_errors_and_one_owner_at_a_time(
@@ -174,7 +166,7 @@ async def test_64_concurrent_callers_no_errors_and_one_owner_at_a_time(
             assert granted is not None and granted[0] == result.owner
 
 
-async def test_a_statement_stuck_on_a_row_lock_ends_by_the_client_deadline(
+async def test_a_statement_stuck_on_a_row_lock_is_cancelled_by_the_server(
     tx_bouncer: PgBouncer, database_url: str
 ) -> None:
     truncate(database_url)
@@ -188,12 +180,58 @@ async def test_a_statement_stuck_on_a_row_lock_ends_by_the_client_deadline(
             with pytest.raises(LeaseTimeoutError) as caught:
                 await provider.renew_lease("locked", "a", 60_000)
             blocker.rollback()
-        assert caught.value.outcome_unknown  # a write interrupted by the client: unknown
+        # The server's statement/lock timeout (80% of the call's) ended it, before the client's
+        # deadline: a clean cancel, so the outcome is known (nothing was applied).
+        cause = caught.value.__cause__
+        assert isinstance(cause, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+        assert not caught.value.outcome_unknown
         # The pooler and the provider go on: the next calls work.
         assert await provider.renew_lease("locked", "a", 60_000)
         assert await provider.get_lease_owner("locked") == "a"
     finally:
         await provider.aclose()
+
+
+async def test_the_timeouts_set_per_statement_leak_to_no_other_client(
+    pooled: SqlLeaseProvider, tx_bouncer: PgBouncer, database_url: str
+) -> None:
+    await asyncio.gather(*(pooled.acquire_lease(f"leak{i}", "a", 5000) for i in range(32)))
+    # Other clients of the pooler get the same 4 server connections: none kept the settings.
+    dsn = tx_bouncer.dsn(make_url(database_url).database or "postgres")
+    for _ in range(8):
+        with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
+            row = other.execute(
+                "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+                prepare=False,
+            ).fetchone()
+            assert row == ("0", "0")
+
+
+async def test_a_call_past_its_deadline_returns_and_the_server_cancels_it(
+    pooled: SqlLeaseProvider, database_url: str
+) -> None:
+    """The adaptor's own contract: cancelled mid-statement, the fetch raises at once; `settle`
+    returns once the server has ended the statement (so dropping the connection is safe)."""
+    backend = backend_for(pooled.engine)
+    adapt = backend.adaptor(10.0, True)
+    async with pooled.engine.connect() as conn:
+        fairy = await conn.get_raw_connection()
+        fetch = adapt(fairy)
+        marker = f"sql_lease_sleep_{id(fairy)}"
+        sleeping = asyncio.ensure_future(fetch(f"SELECT pg_sleep(30), '{marker}'"))
+        with direct(database_url) as watcher:
+            watcher.autocommit = True
+            query = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'"
+            pattern = f"%SELECT pg_sleep(30), '{marker}'%"
+            # The server's own view is the only signal that the statement is running.
+            while watcher.execute(query, (pattern,)).fetchone() != (1,):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+            sleeping.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sleeping
+            await backend.settle(fairy)
+            assert watcher.execute(query, (pattern,)).fetchone() == (0,)
+        await conn.invalidate()
 
 
 async def test_session_pooling_works_and_waiters_listen(

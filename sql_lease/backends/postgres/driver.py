@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import await_only
 
-from .. import Fetch
+from .. import POOLED, Fetch
 
 __all__ = ["SERVER_SHARE", "engine_arguments", "fetch_of", "settle", "watch_server_timeouts"]
 
@@ -56,7 +56,10 @@ def engine_arguments(
     (asyncpg's cache off; SQLAlchemy's own statements get unique names), so a statement can
     never be bound on another server connection than the one it was parsed on. The server-side
     timeouts are then whatever the role or the pooler sets (see `watch_server_timeouts`); the
-    client-side deadline still bounds every call.
+    client-side deadline still bounds every call. Behind ``"transaction"`` the provider's own
+    engine runs on psycopg instead (`psycopg_driver`: one round trip per call, the timeouts set
+    inside it), marked with the `POOLED` execution option; these asyncpg arguments still serve
+    its LISTEN engine and the migrations, and `psycopg_driver.watch_engine` translates them.
     """
     if pooler is not None:
         connect_args["server_settings"] = {
@@ -70,6 +73,9 @@ def engine_arguments(
         engine_kwargs.setdefault("pool_size", 10)
         engine_kwargs.setdefault("max_overflow", 10)
         engine_kwargs.setdefault("pool_timeout", timeout)
+        if pooler == "transaction":  # the engine runs on psycopg (`psycopg_driver`)
+            options = dict(engine_kwargs.get("execution_options") or {})
+            engine_kwargs["execution_options"] = {**options, POOLED: pooler}
         return
     millis = str(max(1, round(timeout * 1000 * SERVER_SHARE)))
     connect_args["server_settings"] = {

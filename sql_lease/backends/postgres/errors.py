@@ -21,10 +21,16 @@ from ...errors import (
     LeaseTimeoutError,
 )
 
-__all__ = ["classify", "translate"]
+__all__ = ["NotSentError", "classify", "translate"]
+
+
+class NotSentError(Exception):
+    """A driver adaptor found its connection closed before sending anything (REFUSED)."""
+
 
 # SQLSTATEs whose statement certainly did not take effect: it was cancelled or never ran.
 _CANCELLED_STATES = frozenset({"57014", "55P03"})  # query_canceled, lock_not_available
+_CONFLICT_STATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 _SCHEMA_STATES = frozenset({"42P01", "42703", "42704", "42883"})  # undefined table/column/object
 # Connection exception, insufficient resources, operator intervention (shutdown), auth: the
 # connection is not trusted again (a new one costs little).
@@ -64,12 +70,16 @@ def _psycopg(exc: BaseException) -> Failure | None:
 
 def classify(exc: BaseException) -> Failure:
     """What ``exc`` (raised by a statement, a connect or a checkout) says happened."""
+    if isinstance(exc, NotSentError):
+        return Failure.REFUSED
     state = _sqlstate(exc)
     if state is not None:
         if state in _CANCELLED_STATES:
             return Failure.CANCELLED
         if state in _SCHEMA_STATES:
             return Failure.SCHEMA
+        if state in _CONFLICT_STATES:
+            return Failure.CONFLICT
         if state.startswith(_CONNECTION_PREFIXES) or state == _READ_ONLY_STATE:
             return Failure.BROKEN
         return Failure.DATABASE

@@ -1,0 +1,166 @@
+"""psycopg 3 behind a transaction pooler: one round trip per call, server-side timeouts kept.
+
+Behind a transaction pooler (PgBouncer ``pool_mode = transaction``) a server connection moves
+between clients after every transaction, so nothing may live in a session: no named prepared
+statement (it would be bound on another server connection, possibly as another statement), no
+startup parameter (the pooler refuses them), no ``SET`` (it would leak to the next client).
+asyncpg needs two round trips for an unnamed statement (Parse/Describe, then Bind/Execute),
+and can only set timeouts at connect time.
+
+Here each call is one simple-protocol query, one round trip, no statement name at all::
+
+    SET LOCAL statement_timeout = N; SET LOCAL lock_timeout = N; <the catalogue statement>
+
+The three statements run in one implicit transaction (the pooler keeps the server connection
+for it, and the settings end with it), so the server-side timeouts (80% of the call's timeout)
+are in force for the statement itself and nothing leaks. Parameters are bound by psycopg on
+the client (`psycopg.AsyncClientCursor`: libpq's own escaping, bytea as hex literals).
+
+A cancelled call returns at once: the statement runs in a task of its own, which psycopg
+cancels on the server (a cancel request through the pooler, then waiting for the statement to
+end); `settle` awaits that task (bounded) before the connection is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, Final, cast
+from urllib.parse import parse_qsl
+
+import psycopg
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
+
+from ..._libpq import DSN_PREFIX
+from ...errors import LeaseValueError
+from .. import Adaptor, Fetch
+from .errors import NotSentError
+
+__all__ = ["DRIVER", "engine_url", "fetch_for", "settle", "watch_engine"]
+
+DRIVER: Final = "postgresql+psycopg"
+_CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
+_PENDING: Final = "sql_lease.cancelled"  # fairy.info key: the task of a cancelled statement
+_PLACEHOLDER: Final = re.compile(r"\$(\d+)")  # the catalogue's: never inside a literal
+_CACHED: Final = 256  # statement texts converted and kept (the catalogue has a few dozen)
+_SSL_MODES: Final = frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"})
+#: asyncpg's connect arguments (as `driver.engine_arguments` fills them), not psycopg's.
+_ASYNCPG_ONLY: Final = (
+    "server_settings",
+    "statement_cache_size",
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+    "timeout",
+    "command_timeout",
+    "ssl",
+    "dsn",
+)
+
+
+def engine_url(url: URL) -> URL:
+    """A `normalize_url` (asyncpg) URL as ``postgresql+psycopg``: libpq reads every parameter
+    itself (``sslmode`` and the TLS files back in their libpq form, host lists as they are)."""
+    query = dict(url.query)
+    ssl = query.pop("ssl", None)
+    if isinstance(ssl, str):
+        query.setdefault("sslmode", ssl if ssl in _SSL_MODES else "require")
+    dsn = query.pop("dsn", None)
+    if isinstance(dsn, str) and dsn.startswith(DSN_PREFIX):
+        for name, value in parse_qsl(dsn[len(DSN_PREFIX) :]):
+            query.setdefault(name, value)
+    query.pop("prepared_statement_cache_size", None)
+    return url.set(drivername=DRIVER, query=query)
+
+
+def watch_engine(engine: AsyncEngine, *, connect_timeout: float) -> None:
+    """Turn the ``connect_args`` `from_url` made for asyncpg into psycopg's at each connect:
+    autocommit, never a server-side prepared statement, ``application_name`` only."""
+
+    def do_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        settings = cparams.get("server_settings") or {}
+        timeout = cparams.get("timeout", connect_timeout)
+        for name in _ASYNCPG_ONLY:
+            cparams.pop(name, None)
+        cparams.setdefault("application_name", settings.get("application_name", "sql_lease"))
+        cparams.setdefault("connect_timeout", max(2, round(timeout)))  # libpq's least
+        cparams["autocommit"] = True
+        cparams["prepare_threshold"] = None  # never PREPARE: the pooler moves sessions
+
+    event.listen(engine.sync_engine, "do_connect", do_connect)
+
+
+def _converted(
+    sql: str, prefix: str, cache: dict[str, tuple[str, tuple[int, ...]]]
+) -> tuple[str, tuple[int, ...]]:
+    """``sql`` with ``$n`` as psycopg's ``%s`` (in order of appearance) after ``prefix``, and
+    which argument each placeholder takes; cached per statement text."""
+    found = cache.get(sql)
+    if found is None:
+        order: list[int] = []
+
+        def placeholder(match: re.Match[str]) -> str:
+            order.append(int(match.group(1)) - 1)
+            return "%s"
+
+        text = prefix + _PLACEHOLDER.sub(placeholder, sql.replace("%", "%%"))
+        if len(cache) >= _CACHED:
+            cache.clear()
+        found = cache[sql] = (text, tuple(order))
+    return found
+
+
+def fetch_for(timeout: float, share: float) -> Adaptor:
+    """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
+    server-side timeouts at ``share`` of ``timeout``, in one round trip (module docstring)."""
+    millis = max(1, round(timeout * 1000 * share))
+    prefix = f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
+    cache: dict[str, tuple[str, tuple[int, ...]]] = {}
+
+    def adapt(fairy: PoolProxiedConnection) -> Fetch:
+        conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
+        cursor = psycopg.AsyncClientCursor(conn)
+        info = fairy.info
+
+        async def run(text: str, params: list[object]) -> list[Any]:
+            await cursor.execute(text, params)
+            cursor.nextset()  # past the two SET LOCALs: the statement's own result
+            cursor.nextset()
+            return await cursor.fetchall() if cursor.description is not None else []
+
+        async def fetch(sql: str, *args: object) -> list[Any]:
+            if conn.closed or conn.broken:
+                raise NotSentError("the connection is closed (nothing was sent)")
+            if not conn.autocommit:  # a caller's engine: its statements would stay open
+                raise LeaseValueError(
+                    "a postgresql+psycopg engine must be in autocommit: "
+                    'create_async_engine(url, isolation_level="AUTOCOMMIT")'
+                )
+            text, order = _converted(sql, prefix, cache)
+            task = asyncio.ensure_future(run(text, [args[i] for i in order]))
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if not task.done():
+                    task.cancel()  # psycopg cancels the statement on the server
+                    task.add_done_callback(_consume)
+                    info[_PENDING] = task
+                raise
+
+        return fetch
+
+    return adapt
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: the caller already heard of the timeout
+
+
+async def settle(fairy: PoolProxiedConnection) -> None:
+    """Wait (bounded) until a cancelled statement has ended on the server."""
+    task = fairy.info.pop(_PENDING, None)
+    if isinstance(task, asyncio.Future) and not task.done():
+        await asyncio.wait([task], timeout=_CANCEL_GRACE)
