@@ -129,6 +129,22 @@ async def test_durations_are_recorded_on_the_loops_next_turn_or_when_64_wait(
     assert [p.count for p in otel.points(DURATION, flush=False)] == [74]
 
 
+async def test_an_exemplar_comes_from_its_own_statements_context_not_the_flushers() -> None:
+    # The flush of the loop's next turn runs in the context of the statement that scheduled it
+    # (inside a span here); a later statement outside any span must not get that span.
+    t = telemetry(spans=False)
+    tracer = t.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("request") as span:
+        t.observer.on_statement(StatementEvent("now", "postgresql", 0.0005))
+    t.observer.on_statement(StatementEvent("now", "postgresql", 0.002))
+    await asyncio.sleep(0)
+    [point] = t.points(DURATION, flush=False)
+    assert point.count == 2
+    [exemplar] = point.exemplars
+    assert exemplar.value == 0.0005
+    assert exemplar.span_id == span.get_span_context().span_id
+
+
 async def test_every_statement_is_one_measurement_of_the_duration_histogram(
     provider: SqlLeaseProvider, otel: Telemetry, backend: str
 ) -> None:
