@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 import redis.asyncio as aioredis
-from _impls import OBSERVED, Impl, open_impl
+from _impls import OBSERVED, SINGLE, Impl, open_impl
 from _setup import (
     aof_everysec,
 )
@@ -87,13 +87,20 @@ class Context:
     redis: aioredis.Redis
     #: ``"otel"``: the lifecycle and read cells also run the library with its OTel observer.
     observer: str = "none"
+    #: The lifecycle, read and contention cells also run the library with coalescing off.
+    coalescing: bool = True
 
     def observed_impls(self) -> tuple[str, ...]:
-        """The implementations of the cells that measure the observer's cost."""
-        if self.observer != "otel" or "library" not in self.impls:
+        """The implementations of the cells that measure the observer's and coalescing's
+        cost: ``library-single`` (coalescing off) and, with ``--observer otel``,
+        ``library+otel`` run right after ``library``."""
+        if "library" not in self.impls:
             return self.impls
+        extra = (SINGLE,) if self.coalescing else ()
+        if self.observer == "otel":
+            extra = (OBSERVED, *extra)
         at = self.impls.index("library") + 1
-        return (*self.impls[:at], OBSERVED, *self.impls[at:])
+        return (*self.impls[:at], *extra, *self.impls[at:])
 
     def log(self, message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
@@ -209,7 +216,7 @@ async def read_cell(ctx: Context, concurrency: int) -> dict[str, CellResult]:
 
 async def contention_cell(ctx: Context) -> dict[str, CellResult]:
     name = f"contention_c{CONTENDERS}"
-    impls = await timed(ctx, name, CONTENDERS, _contention_phases)
+    impls = await timed(ctx, name, CONTENDERS, _contention_phases, impls=ctx.observed_impls())
     text = (
         f"{CONTENDERS} workers acquire one key held by another owner (acquire_lease), then the"
         " same crowd reads its owner (get_lease_owner)"
@@ -217,13 +224,13 @@ async def contention_cell(ctx: Context) -> dict[str, CellResult]:
     return {name: cell_result(text, CONTENDERS, impls)}
 
 
-async def relaxed_cell(ctx: Context) -> dict[str, CellResult]:
-    name = "relaxed_lifecycle_c16"
+async def relaxed_cell(ctx: Context, concurrency: int = 16) -> dict[str, CellResult]:
+    name = f"relaxed_lifecycle_c{concurrency}"
     async with aof_everysec(ctx.redis) as aof:
         ctx.log(f"{name}: redis persistence during the cell {aof['during']}")
-        impls = await timed(ctx, name, 16, _lifecycle_phases, relaxed=True)
+        impls = await timed(ctx, name, concurrency, _lifecycle_phases, relaxed=True)
     text = (
         "lifecycle with synchronous_commit=off for PostgreSQL, Redis with appendonly yes,"
         " appendfsync everysec"
     )
-    return {name: cell_result(text, 16, impls, redis_aof=aof)}
+    return {name: cell_result(text, concurrency, impls, redis_aof=aof)}

@@ -9,6 +9,8 @@
 * ``library+otel`` (only with ``--observer otel``): the same with
   `sql_lease.otel.OpenTelemetryObserver` on a real OpenTelemetry SDK `MeterProvider` (an
   in-memory reader: every measurement is aggregated as in production, nothing is exported).
+* ``library-single`` (lifecycle, read and contention cells): the library with coalescing off
+  (``coalesce=False``), every call its own statement: the figure coalescing is compared with.
 * ``redis``: a Redis/Lua reference written the way Mastra's RedisStreamsPubSub leases work
   (``SET NX PX`` and compare-and-act Lua scripts), through redis-py asyncio with hiredis.
 
@@ -36,6 +38,7 @@ from sql_lease.sync._catalogue import Statements, build_statements
 __all__ = [
     "IMPLS",
     "OBSERVED",
+    "SINGLE",
     "Impl",
     "RawAsyncpgLeases",
     "RedisLuaLeases",
@@ -47,6 +50,8 @@ __all__ = [
 IMPLS = ("raw", "library", "redis")
 #: The library with the OpenTelemetry observer on (lifecycle and read cells, ``--observer otel``).
 OBSERVED = "library+otel"
+#: The library with coalescing off (``coalesce=False``).
+SINGLE = "library-single"
 
 RenewMany = Callable[[Sequence[tuple[str, str]], int], Awaitable[list[bool]]]
 RenewManySql = tuple[
@@ -365,8 +370,10 @@ async def open_impl(
         raw = await RawAsyncpgLeases.open(pg_dsn, table, concurrency, settings)
         label = "asyncpg prepared" + (", synchronous_commit=off" if relaxed else "")
         return Impl(name, label, raw, raw.aclose, raw.renew_leases, raw.batch_source)
-    if name in ("library", OBSERVED):
+    if name in ("library", OBSERVED, SINGLE):
         kwargs: dict[str, Any] = {"table_name": table, "pool_size": concurrency, "max_overflow": 0}
+        if name == SINGLE:
+            kwargs["coalesce"] = False
         reader = None
         if name == OBSERVED:
             observer, reader = _otel_observer()
@@ -388,6 +395,7 @@ async def open_impl(
             name,
             "SqlLeaseProvider"
             + (", relaxed" if relaxed else "")
+            + (", coalesce=False" if name == SINGLE else "")
             + (", OpenTelemetryObserver" if reader is not None else ""),
             provider,
             close,

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _sync_report import SYNC_JSON, published_sync_bars, sync_section
+
 __all__ = ["compute_bars", "render_bars", "render_table", "write_chart", "write_json", "write_md"]
 
 Cells = dict[str, dict[str, Any]]
@@ -247,6 +249,67 @@ def compute_bars(cells: Cells) -> list[Bar]:
             ratio = found["extra"]["size_ratio"] if found else None
             what = f"bloat {impl}: table+index size after all renewals / after the first pass"
             bars.append(_bar("5", what, [], ratio, "<=", 2.0, impl != "library"))
+    return bars + _coalescing_bars(cells)
+
+
+SINGLE = "library-single"  # `_impls.SINGLE`: the library with coalescing off
+
+
+def _coalescing_bars(cells: Cells) -> list[Bar]:
+    """Issue 16's bars ("C1".."C4"): coalesced calls against Redis, and what a lone caller
+    pays for coalescing (the library against itself with coalescing off)."""
+    bars: list[Bar] = []
+
+    def rounds(cell: str, impl: str, op: str | None = None, field: str = "ops_per_s") -> list:
+        if op is None:
+            found = _impl(cells, cell, impl)
+            return list(found.get("round_ops_per_s", [])) if found else []
+        stats = _op(cells, cell, impl, op)
+        return [float(r[field]) for r in stats.get("rounds", [])] if stats else []
+
+    def pooled(cell: str, impl: str, op: str | None = None, field: str = "ops_per_s") -> Any:
+        if op is None:
+            found = _impl(cells, cell, impl)
+            return found["ops_per_s"] if found else None
+        stats = _op(cells, cell, impl, op)
+        return None if stats is None else float(stats[field])
+
+    def versus(bar: str, cell: str, a: str, b: str, cmp: str, threshold: float, **kw: Any) -> None:
+        if cell not in cells:
+            return
+        op, field = kw.get("op"), kw.get("field", "ops_per_s")
+        what = f"{cell}{' ' + op if op else ''}: {a}/{b} {'p99' if field == 'p99_us' else field}"
+        if field == "mean_us":
+            what = f"{cell} {op}: {a}/{b} mean latency"
+        bars.append(
+            _bar(
+                bar,
+                what,
+                _pair(rounds(cell, a, op, field), rounds(cell, b, op, field)),
+                _div(pooled(cell, a, op, field), pooled(cell, b, op, field)),
+                cmp,
+                threshold,
+                kw.get("info", False),
+            )
+        )
+
+    # C1. Lifecycle against Redis, durable and relaxed.
+    versus("C1", "lifecycle_c64", "library", "redis", ">=", 2.0)
+    versus("C1", "lifecycle_c16", "library", "redis", ">=", 1.2)
+    versus("C1", "relaxed_lifecycle_c64", "library", "redis", ">=", 2.5)
+    versus("C1", "lifecycle_c64", SINGLE, "redis", ">=", 2.0, info=True)
+    # C2. The hot key: acquire attempts and reads; reads of many keys.
+    for op, threshold in (("acquire_lease", 1.5), ("get_lease_owner", 2.0)):
+        versus("C2", "contention_c64", "library", "redis", ">=", threshold, op=op)
+    versus("C2", "read_c64", "library", "redis", ">=", 2.0)
+    # C3. A lone caller pays nothing for coalescing (mean latency, library/library-single).
+    for cell in ("lifecycle_c1", "read_c1"):
+        found = _impl(cells, cell, "library")
+        for op in found["ops"] if found else ():
+            versus("C3", cell, "library", SINGLE, "<=", 1.05, op=op, field="mean_us")
+    # C4. Tail latency at 64 callers.
+    for op in _LIFECYCLE_OPS:
+        versus("C4", "lifecycle_c64", "library", "redis", "<=", 1.0, op=op, field="p99_us")
     return bars
 
 
@@ -387,6 +450,7 @@ def write_md(path: Path, report: dict[str, Any]) -> None:
                     f" | {_us(st['p99_us'])} | {_us(st['mean_us'])} |"
                 )
         lines.append("")
+    lines += sync_section(path.parent / SYNC_JSON)
     path.write_text("\n".join(lines))
 
 
@@ -403,7 +467,7 @@ def write_chart(path: Path, bars: list[Bar], log: Callable[[str], None]) -> bool
             " pip install matplotlib (the optional 'bench' extra); no chart written"
         )
         return False
-    shown = [b for b in bars if b["status"] in ("PASS", "FAIL")]
+    shown = [b for b in bars + published_sync_bars(path.parent) if b["status"] in ("PASS", "FAIL")]
     if not shown:
         log("no bar has a ratio to chart")
         return False

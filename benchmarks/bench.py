@@ -63,10 +63,13 @@ Runner = Callable[[Context], Awaitable[dict[str, CellResult]]]
 GROUPS: dict[str, tuple[Runner, tuple[str, ...]]] = {
     "lifecycle_c1": (lambda c: lifecycle_cell(c, 1), ("lifecycle_c1",)),
     "lifecycle_c16": (lambda c: lifecycle_cell(c, 16), ("lifecycle_c16",)),
+    "lifecycle_c64": (lambda c: lifecycle_cell(c, 64), ("lifecycle_c64",)),
     "read_c1": (lambda c: read_cell(c, 1), ("read_c1",)),
     "read_c16": (lambda c: read_cell(c, 16), ("read_c16",)),
+    "read_c64": (lambda c: read_cell(c, 64), ("read_c64",)),
     "contention_c64": (contention_cell, ("contention_c64",)),
     "relaxed_lifecycle_c16": (relaxed_cell, ("relaxed_lifecycle_c16",)),
+    "relaxed_lifecycle_c64": (lambda c: relaxed_cell(c, 64), ("relaxed_lifecycle_c64",)),
     "batch_renew": (batch_cell, ("batch_renew",)),
     "scale": (scale_cells, ("scale_1k", "scale_1m")),
     "bloat": (bloat_cell, ("bloat",)),
@@ -114,6 +117,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="otel: the lifecycle and read cells also run the library with"
         " sql_lease.otel.OpenTelemetryObserver on the OpenTelemetry SDK (library+otel,"
         " bar 1 at 0.8x raw); needs opentelemetry-sdk",
+    )
+    p.add_argument(
+        "--no-single",
+        action="store_true",
+        help="skip library-single (the library with coalescing off) in the lifecycle, read"
+        " and contention cells",
     )
     p.add_argument("--bloat-renewals", type=int, help="renewals in the bloat cell")
     p.add_argument("--scale-rows", type=int, help="filler rows of the big scale table")
@@ -179,6 +188,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             admin=admin,
             redis=client,
             observer=args.observer,
+            coalescing=not args.no_single,
         )
         for group in groups:
             runner, _ = GROUPS[group]
@@ -204,6 +214,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "redis": args.redis_url,
             "library_relaxed_mode": library_relaxed_mode(),
             "observer": args.observer,
+            "single": not args.no_single,
             "environment": env,
         },
         "cells": cells,

@@ -28,6 +28,8 @@ class Failure(enum.Enum):
     UNAVAILABLE = "unavailable"
     #: The database cancelled the statement or gave up on a lock: certainly not applied.
     CANCELLED = "cancelled"
+    #: The statement was rolled back as a deadlock victim: nothing applied, run it again.
+    CONFLICT = "conflict"
     #: The database stayed locked by other writers past its busy timeout (SQLite).
     BUSY = "busy"
     #: The leases table, a column or the fence sequence is missing: run the migrations.

@@ -4,6 +4,7 @@ connection, with failures classified by the backend and translated into `LeaseEr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from sqlalchemy.pool import PoolProxiedConnection
@@ -11,16 +12,18 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ._connections import Connections
 from ._dberrors import CONNECTION, DROP, Failure
 from ._deadlines import Deadlines
-from .backends import Backend
+from .backends import Backend, Fetch
 from .catalogue import Catalogue
 from .errors import LeaseClosedError, LeaseDatabaseError, LeaseError
 from .observer import LeaseObserver, timed_statement
 
-__all__ = ["CANCEL_GRACE", "StatementRunner"]
+__all__ = ["CANCEL_GRACE", "Fetch", "StatementRunner", "Via"]
 
 MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up (bounded by timeout)
 CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
 RETRY_CHECKOUT: Final = CONNECTION | {Failure.REFUSED}  # failed checkouts worth a second one
+#: Instead of one statement: what to run on the connection's fetch (a transaction, say).
+Via = Callable[[Fetch], Awaitable[Any]]
 
 
 class StatementRunner:
@@ -44,7 +47,8 @@ class StatementRunner:
         args: tuple[object, ...],
         seconds: float | None = None,
         timed: bool = False,
-    ) -> list[Any]:
+        via: Via | None = None,
+    ) -> Any:
         """Run ``sql`` with ``args`` within the timeout (or ``seconds``); return its rows.
 
         Translates failures into `LeaseError`s. The deadline is enforced by the provider's
@@ -53,6 +57,8 @@ class StatementRunner:
         unusable before the statement was sent is replaced and the call goes on; so is one
         that broke under a read. A write that may have reached the server is not repeated: it
         raises with ``outcome_unknown=True``. The backend's classifier says which is which.
+        A statement the server rolled back as a deadlock victim (CONFLICT: nothing applied)
+        runs again. ``via`` runs a script on the connection's fetch instead of ``sql``.
 
         The statement is awaited right here, on the driver's own bound fetch, not in a helper
         coroutine: every coroutine frame between the caller and the driver is paid again on
@@ -67,7 +73,7 @@ class StatementRunner:
                 self._observer,
                 self._backend.name,
                 operation,
-                self._run(operation, write, sql, args, seconds, True),
+                self._run(operation, write, sql, args, seconds, True, via),
             )
         deadlines = self._deadlines
         task = deadlines.start(self._timeout if seconds is None else seconds)
@@ -87,7 +93,7 @@ class StatementRunner:
                 fairy, fetch, since = pair
                 try:
                     sent = True
-                    result: list[Any] = await fetch(sql, *args)
+                    result = await fetch(sql, *args) if via is None else await via(fetch)
                 except (asyncio.CancelledError, TimeoutError):
                     # Cancelled mid-statement: the driver has asked the server to cancel it.
                     # Let that land before the connection is dropped, or the statement
@@ -96,6 +102,10 @@ class StatementRunner:
                     raise
                 except Exception as exc:
                     kind = self._backend.classify(exc)
+                    if kind is Failure.CONFLICT:
+                        await connections.put(fairy, fetch, since)
+                        sent = False  # rolled back whole: run it again
+                        continue
                     if kind not in DROP:
                         await connections.put(fairy, fetch, since)
                         raise

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
+from ._coalesced import CoalescedCalls
 from ._contract import Lease
-from ._execute import StatementRunner
+from ._guard import guard
 from ._validate import (
     Millis,
     check_items,
@@ -26,21 +28,23 @@ __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
 logger = logging.getLogger("sql_lease")
 
 
-class SqlExtensions(StatementRunner):
+class SqlExtensions(CoalescedCalls):
     """The extension methods of `SqlLeaseProvider` (its base class)."""
 
     async def release(self, key: str, owner: str) -> Released | None:
         """`release_lease` that reports what it did: the `Released` fence and database time
         it took effect, or None when ``owner`` held no live lease of ``key`` (a no-op)."""
         statement = self._sql.release
-        rows = await self._run("release_lease", True, statement.sql, key_owner(key, owner))
+        rows = await self._one(
+            self._releases, "release_lease", True, statement.sql, key_owner(key, owner)
+        )
         return statement.decode(rows[0]) if rows else None
 
     async def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """`renew_lease` that reports the `Renewal` (fence, new expiry), or None when lost."""
         args = (*key_owner(key, owner), check_ttl(ttl_ms))
         statement = self._sql.renew
-        rows = await self._run("renew_lease", True, statement.sql, args)
+        rows = await self._one(self._renews, "renew_lease", True, statement.sql, args)
         return statement.decode(rows[0]) if rows else None
 
     async def transfer(
@@ -50,7 +54,7 @@ class SqlExtensions(StatementRunner):
         or None when ``from_owner`` did not hold the lease."""
         args = transfer_args(key, from_owner, to_owner, ttl_ms)
         statement = self._sql.transfer
-        rows = await self._run("transfer_lease", True, statement.sql, args)
+        rows = await self._one(self._transfers, "transfer_lease", True, statement.sql, args)
         return statement.decode(rows[0]) if rows else None
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
@@ -142,6 +146,19 @@ class SqlExtensions(StatementRunner):
         statement = self._sql.want
         rows = await self._run("want", True, statement.sql, (k, wait))
         return statement.decode(rows[0]) if rows else None
+
+    # -- fencing inside the caller's transaction (sql_lease._guard) ----------------------
+
+    async def guard(self, conn: Any, key: str, fence: int) -> None:
+        """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
+
+        ``conn`` is the caller's SQLAlchemy `AsyncConnection` (PostgreSQL). The row is read
+        ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
+        when ``fence`` is not the live fence. See `sql_lease._guard`.
+        """
+        if self._closed:
+            raise LeaseClosedError("guard")
+        await guard(self._sql, self._backend, conn, key, fence)
 
     async def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""

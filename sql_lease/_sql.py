@@ -12,14 +12,15 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from ._coalesced import Coalesce, check_coalesce
 from ._connections import Connections
 from ._contention import ContentionHints
 from ._contract import AcquireResult, Lease
 from ._deadlines import Deadlines
 from ._execute import CANCEL_GRACE
 from ._extensions import SqlExtensions, key_owner, transfer_args
-from ._guard import guard
 from ._lifecycle import LeaseLifecycle
+from ._provider_args import check_seconds
 from ._urls import build_engine, normalize_url, redact
 from ._validate import (
     Millis,
@@ -30,7 +31,7 @@ from ._validate import (
 from ._wait import POLL_S
 from .backends import backend_for, backend_for_url
 from .capabilities import WakeupSink, WakeupSource
-from .errors import LeaseClosedError, LeaseTypeError, LeaseValueError
+from .errors import LeaseTypeError, LeaseValueError
 from .observer import LeaseObserver, check_observer
 from .schema import DEFAULT_TABLE
 
@@ -38,7 +39,6 @@ __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
-_MAX_SECONDS = 86_400.0  # a day; PostgreSQL's statement_timeout tops out at about 24 days
 
 logger = logging.getLogger("sql_lease")
 _wait_logger = logging.getLogger("sql_lease.wait")
@@ -65,12 +65,14 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         schema: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         observer: LeaseObserver | None = None,
+        coalesce: Coalesce = True,
     ) -> None:
         check_identifier("table_name", table_name)
         if schema is not None:
             check_identifier("schema", schema)
-        self._timeout = _check_seconds("timeout", timeout)
+        self._timeout = check_seconds("timeout", timeout)
         self._observer = check_observer(observer)
+        mode = check_coalesce(coalesce)
         if not isinstance(engine, AsyncEngine):
             raise LeaseTypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
         self._backend = backend = backend_for(engine)
@@ -83,6 +85,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         self._table_name = table_name
         self._schema = schema
         self._sql = backend.catalogue(table_name, schema)
+        self._init_coalescing(mode)
         self._where = redact(engine.url)
         self._connections = Connections(
             engine.sync_engine.pool, shared=True, adapt=backend.adaptor(self._timeout, True)
@@ -112,6 +115,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         observer: LeaseObserver | None = None,
         pooler: str | None = None,
         listen_url: str | URL | None = None,
+        coalesce: Coalesce = True,
         **engine_kwargs: Any,
     ) -> SqlLeaseProvider:
         """Create a provider that owns an engine for ``url``.
@@ -150,10 +154,11 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                 "= off) and leave synchronous_commit=True"
             )
         check_observer(observer)
+        check_coalesce(coalesce)
         parsed = normalize_url(url)
         listen_parsed = None if listen_url is None else normalize_url(listen_url)
-        seconds = _check_seconds("timeout", timeout)
-        connect_seconds = _check_seconds("connect_timeout", connect_timeout)
+        seconds = check_seconds("timeout", timeout)
+        connect_seconds = check_seconds("connect_timeout", connect_timeout)
         check_identifier("table_name", table_name)
         if schema is not None:
             check_identifier("schema", schema)
@@ -185,10 +190,17 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             listen_engine = build_engine(
                 listen_parsed, connect_args=listen_args, poolclass=NullPool
             )
-        engine = build_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        engine = build_engine(
+            backend.engine_url(parsed, pooler), connect_args=connect_args, **engine_kwargs
+        )
         backend.watch_engine(engine, timeout=seconds, pooler=pooler)
         provider = cls(
-            engine, table_name=table_name, schema=schema, timeout=seconds, observer=observer
+            engine,
+            table_name=table_name,
+            schema=schema,
+            timeout=seconds,
+            observer=observer,
+            coalesce=coalesce,
         )
         # Nobody else uses this engine: keep idle connections too (see `_connections`).
         provider._owns_engine = True
@@ -275,7 +287,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         seconds = None  # the first statement gets the whole timeout, a second what is left
         if hints.contended(k):
             # Look before writing (see `_contention`): a live other holder is the answer.
-            rows = await self._run("acquire_lease", False, sql.holder.sql, (k,))
+            rows = await self._one(self._holder_reads, "acquire_lease", False, sql.holder.sql, (k,))
             if rows and rows[0][0] != o:
                 hints.held(k)
                 self.acquire_reads += 1
@@ -283,8 +295,17 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                 return AcquireResult(False, holder.owner, holder.fence, holder.expires_at)
             seconds = self._left(started)
         decode = sql.acquire.decode
+        acquires = self._acquires
         while True:
-            rows = await self._run("acquire_lease", True, sql.acquire.sql, (k, o, ttl), seconds)
+            if acquires.enter():  # the fast path of `_one`, inlined on the hot methods
+                try:
+                    rows = await self._run(
+                        "acquire_lease", True, sql.acquire.sql, (k, o, ttl), seconds
+                    )
+                finally:
+                    acquires.leave()
+            else:
+                rows = await self._queued(acquires, "acquire_lease", True, (k, o, ttl), seconds)
             for row in rows:
                 if row[0]:
                     hints.free(k)
@@ -307,14 +328,21 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         """The owner of the live lease of ``key``, or None if it is absent or expired."""
         k = check_name("key", key)
         statement = self._sql.get_owner
-        rows = await self._run("get_lease_owner", False, statement.sql, (k,))
+        reads = self._owner_reads
+        if reads.enter():
+            try:
+                rows = await self._run("get_lease_owner", False, statement.sql, (k,))
+            finally:
+                reads.leave()
+        else:
+            rows = await self._queued(reads, "get_lease_owner", False, (k,))
         return statement.decode(rows[0]) if rows else None
 
     async def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` (owner, fence, times), or None."""
         k = check_name("key", key)
         statement = self._sql.get_lease
-        rows = await self._run("get_lease", False, statement.sql, (k,))
+        rows = await self._one(self._lease_reads, "get_lease", False, statement.sql, (k,))
         if not rows:
             return None
         owner, fence, expires_at, acquired_at = statement.decode(rows[0])
@@ -322,13 +350,27 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
 
     async def release_lease(self, key: str, owner: str) -> None:
         """End the lease of ``key`` if ``owner`` holds it (live or expired); else do nothing."""
-        await self._run("release_lease", True, self._sql.release.sql, key_owner(key, owner))
+        args = key_owner(key, owner)
+        releases = self._releases
+        if releases.enter():
+            try:
+                await self._run("release_lease", True, self._sql.release.sql, args)
+            finally:
+                releases.leave()
+        else:
+            await self._queued(releases, "release_lease", True, args)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
         """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms``; False (and
         nothing changed) when it is expired, absent or someone else's."""
         args = (*key_owner(key, owner), check_ttl(ttl_ms))
-        return bool(await self._run("renew_lease", True, self._sql.renew.sql, args))
+        renews = self._renews
+        if renews.enter():
+            try:
+                return bool(await self._run("renew_lease", True, self._sql.renew.sql, args))
+            finally:
+                renews.leave()
+        return bool(await self._queued(renews, "renew_lease", True, args))
 
     async def transfer_lease(
         self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
@@ -337,7 +379,13 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         new fence, in one statement (the key is never free); False when not held by
         ``from_owner``."""
         args = transfer_args(key, from_owner, to_owner, ttl_ms)
-        return bool(await self._run("transfer_lease", True, self._sql.transfer.sql, args))
+        transfers = self._transfers
+        if transfers.enter():
+            try:
+                return bool(await self._run("transfer_lease", True, self._sql.transfer.sql, args))
+            finally:
+                transfers.leave()
+        return bool(await self._queued(transfers, "transfer_lease", True, args))
 
     def wakeup_source(self, sink: WakeupSink) -> WakeupSource | None:
         """The backend's notification channel feeding ``sink`` (a LISTEN connection on
@@ -356,27 +404,3 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         else:
             pool = self._engine.sync_engine.pool
         return self._backend.wakeup_source(pool, self._sql.channel, self._timeout, sink)
-
-    # -- fencing inside the caller's transaction (sql_lease._guard) ----------------------
-
-    async def guard(self, conn: Any, key: str, fence: int) -> None:
-        """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
-
-        ``conn`` is the caller's SQLAlchemy `AsyncConnection` (PostgreSQL). The row is read
-        ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
-        when ``fence`` is not the live fence. See `sql_lease._guard`.
-        """
-        if self._closed:
-            raise LeaseClosedError("guard")
-        await guard(self._sql, self._backend, conn, key, fence)
-
-
-def _check_seconds(what: str, value: object) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise LeaseTypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
-    if not (0 < value <= _MAX_SECONDS):
-        raise LeaseValueError(
-            f"{what} must be a number of seconds above 0 and at most {_MAX_SECONDS:.0f} "
-            f"(one day), not {value!r}"
-        )
-    return float(value)

@@ -21,6 +21,8 @@ from .capabilities import Holder, Released, Renewal
 
 __all__ = [
     "AcquireRow",
+    "Batch",
+    "Batches",
     "Catalogue",
     "LeaseRow",
     "Row",
@@ -119,6 +121,34 @@ def decode_one(row: Row) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Batch:
+    """The multi-row form of a one-row statement, for coalesced calls.
+
+    ``sql`` takes one array per parameter of the one-row statement, in the same order (the
+    calls' arguments, column by column); each result row is the call's key followed by the
+    columns the one-row statement returns (``columns``), so that a caller's rows are its
+    key's rows without the key.
+    """
+
+    name: str
+    sql: str
+    params: tuple[str, ...]
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Batches:
+    """The multi-row statements of a backend that has them (PostgreSQL): ``read`` serves
+    get_owner, holder and get_lease (its columns start with theirs, in their order)."""
+
+    acquire: Batch
+    renew: Batch
+    release: Batch
+    transfer: Batch
+    read: Batch
+
+
+@dataclass(frozen=True, slots=True)
 class Catalogue:
     """Every statement for one table on one backend (``dialect``), built once.
 
@@ -126,6 +156,8 @@ class Catalogue:
     the same for every n) and ``renew_many_args`` binds the pairs and the TTL in its order.
     ``guard`` runs inside the caller's own transaction through SQLAlchemy, so it takes named
     parameters (``:key``, ``:fence``); every other statement takes positional ones.
+    ``batches``: the multi-row statements for coalesced calls, or None (SQLite: coalesced calls
+    run their one-row statements in one transaction instead).
     """
 
     dialect: str
@@ -147,3 +179,4 @@ class Catalogue:
     now: Statement[datetime]
     guard: Statement[int] | None
     max_batch: int
+    batches: Batches | None = None

@@ -113,3 +113,25 @@ async def sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
         await conn.commit()
     yield provider
     await provider.aclose()
+
+
+@pytest.fixture
+async def batched_sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """As `sql_provider`, with every call sent through a coalesced batch (``"always"``)."""
+    provider = SqlLeaseProvider.from_url(database_url, timeout=10, coalesce="always")
+    async with provider.engine.connect() as conn:
+        await conn.exec_driver_sql("TRUNCATE leases")
+        await conn.commit()
+    yield provider
+    await provider.aclose()
+
+
+@pytest.fixture
+async def batched_sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """As `sqlite_provider`, with every call sent through a coalesced batch (``"always"``)."""
+    provider = SqlLeaseProvider.from_url(sqlite_url, timeout=10, coalesce="always")
+    async with provider.engine.connect() as conn:
+        await conn.exec_driver_sql("DELETE FROM leases")
+        await conn.commit()
+    yield provider
+    await provider.aclose()

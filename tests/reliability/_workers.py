@@ -143,6 +143,9 @@ class Plan:
     until: float | None = None  # deadline, time.time() (shared by processes)
     pause: float = 0.08  # chance of a short sleep between calls (lets short leases expire)
     error_pause: float = 0.02  # seconds to wait after a failed call
+    #: The provider's coalescing mode: True (the default), False, or "always" (every call
+    #: through the multi-row statements).
+    coalesce: bool | str = True
 
 
 async def attempt(
@@ -247,7 +250,12 @@ async def _process_worker(
     start_at: float,
     gate: Any,
 ) -> dict[str, Any]:
-    async with SqlLeaseProvider.from_url(url, timeout=timeout, pool_size=tasks) as provider:
+    async with SqlLeaseProvider.from_url(
+        url,
+        timeout=timeout,
+        pool_size=tasks,
+        coalesce=plan.coalesce,  # type: ignore[arg-type]  # validated by the provider
+    ) as provider:
         cal = await calibrate(provider)
         if gate is not None:
             ready, go = gate
@@ -261,4 +269,6 @@ async def _process_worker(
         calls = await run_clients(provider, name, plan, seed, tasks)
         elapsed = time.monotonic() - started
         cal = cal.join(await calibrate(provider))
-        return {"calls": calls, "cal": cal, "elapsed": elapsed}
+        batches = provider.coalescing_stats().values()
+        coalesced = (sum(b for b, _ in batches), sum(n for _, n in batches))
+        return {"calls": calls, "cal": cal, "elapsed": elapsed, "coalesced": coalesced}

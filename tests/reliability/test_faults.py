@@ -118,6 +118,8 @@ def run_processes(
     seconds: float,
     timeout: float,
     inject: Any,
+    coalesce: bool | str = True,
+    tasks: int = 2,
 ) -> tuple[list[tuple[list[Call], Calibration]], Any]:
     """Run racing worker processes for ``seconds`` while ``inject(start)`` runs here.
 
@@ -127,9 +129,11 @@ def run_processes(
     ctx = multiprocessing.get_context("spawn")
     with ctx.Manager() as manager, ProcessPoolExecutor(workers, mp_context=ctx) as ex:
         ready, go = manager.Queue(), manager.Event()
-        plan = Plan(keys=keys, until=seconds)
+        plan = Plan(keys=keys, until=seconds, coalesce=coalesce)
         futures = [
-            ex.submit(process_worker, url, f"p{w}", plan, 7000 + w, 2, timeout, 0.0, (ready, go))
+            ex.submit(
+                process_worker, url, f"p{w}", plan, 7000 + w, tasks, timeout, 0.0, (ready, go)
+            )
             for w in range(workers)
         ]
         for _ in range(workers):
@@ -148,7 +152,10 @@ def sleep_until(t: float) -> None:
 # -- backends killed mid-operation ------------------------------------------------------------
 
 
-def test_backends_terminated_mid_operation(fresh_database: str) -> None:
+@pytest.mark.parametrize("coalesce", [True, "always"], ids=["coalesce", "batches"])
+def test_backends_terminated_mid_operation(fresh_database: str, coalesce: bool | str) -> None:
+    """Connections killed under calls, single ones and multi-row batches ("always", with
+    more clients per process so that batches carry several calls)."""
     rng = random.Random(11)
     healed = {"at": 0.0}
 
@@ -162,7 +169,14 @@ def test_backends_terminated_mid_operation(fresh_database: str) -> None:
         return killed
 
     calls, killed = run_processes(
-        fresh_database, ("kill\0a", "kill\0b"), workers=3, seconds=4.0, timeout=2.0, inject=inject
+        fresh_database,
+        ("kill\0a", "kill\0b", "kill\0c"),
+        workers=3,
+        seconds=4.0,
+        timeout=2.0,
+        inject=inject,
+        coalesce=coalesce,
+        tasks=2 if coalesce is True else 4,
     )
     assert killed >= 20, killed
     errors = verify(

@@ -214,18 +214,32 @@ def pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
-def run_round(ex: ProcessPoolExecutor, url: str, keys: tuple[str, ...], seed: int) -> list[Op]:
-    plan = Plan(keys=keys, ops=OPS_PER_ROUND)
+def run_round(
+    ex: ProcessPoolExecutor,
+    url: str,
+    keys: tuple[str, ...],
+    seed: int,
+    coalesce: bool | str = True,
+    tasks: int = TASKS,
+) -> list[Op]:
+    plan = Plan(keys=keys, ops=OPS_PER_ROUND, coalesce=coalesce)
     start_at = time.time() + 0.3
     futures = [
-        ex.submit(process_worker, url, f"p{p}", plan, seed + p, TASKS, 10.0, start_at)
+        ex.submit(process_worker, url, f"p{p}", plan, seed + p, tasks, 10.0, start_at)
         for p in range(PROCESSES)
     ]
     ops: list[Op] = []
     for f in futures:
         out = f.result(timeout=120)
         ops += to_ops(out["calls"], out["cal"], first_id=len(ops))
+        batches, calls = out["coalesced"]
+        COALESCED["batches"] += batches
+        COALESCED["calls"] += calls
     return ops
+
+
+#: Multi-row statements the workers sent, and the calls they carried (all rounds).
+COALESCED: Counter[str] = Counter()
 
 
 def summarize(ops: list[Op]) -> Counter[str]:
@@ -283,6 +297,30 @@ def test_histories_from_racing_processes_are_linearizable(database_url: str) -> 
             tag="lin",
             seconds=SOAK_SECONDS,
         )
+
+
+@pytest.mark.timeout(SOAK_SECONDS + 120)
+@pytest.mark.parametrize("coalesce", ["always", True])
+def test_histories_of_coalesced_calls_are_linearizable(
+    database_url: str, coalesce: bool | str
+) -> None:
+    """More clients per process, so that calls wait together and go out as multi-row
+    statements: every caller's answer must still fit the sequential model ("always" sends
+    every call through a batch; True lets batches form only from calls already waiting)."""
+    COALESCED.clear()
+    with pool(PROCESSES) as ex:
+        soak_rounds(
+            lambda keys, seed: run_round(
+                ex, database_url, keys, seed=seed, coalesce=coalesce, tasks=4
+            ),
+            seed=f"coalesced-{coalesce}",
+            tag="coa",
+            seconds=SOAK_SECONDS,
+        )
+    print(f"coalesce={coalesce}: {dict(COALESCED)}")
+    if coalesce == "always":
+        # Batches of several calls really formed (not only batches of one).
+        assert COALESCED["calls"] > COALESCED["batches"] > 0, dict(COALESCED)
 
 
 # -- the checker catches real providers that break the contract ------------------------------

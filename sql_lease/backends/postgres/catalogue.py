@@ -33,6 +33,7 @@ from ...catalogue import (
     decode_renewed_pair,
 )
 from ...schema import fence_sequence_name, notify_channel
+from .batch import build_batches
 
 __all__ = ["MAX_BATCH", "build_catalogue", "guard_sql", "quote_ident"]
 
@@ -244,6 +245,7 @@ RETURNING owner, fence, expires_at
         now=Statement("now", "SELECT clock_timestamp()", (), ("clock_timestamp",), decode_now),
         guard=Statement("guard", guard_sql(t), ("key", "fence"), ("?column?",), decode_one),
         max_batch=MAX_BATCH,
+        batches=build_batches(t, nextval, channel),
     )
 
 

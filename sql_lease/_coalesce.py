@@ -1,0 +1,213 @@
+"""Coalescing: calls of one kind that wait at the same time go out as one statement.
+
+A provider keeps one `Coalescer` per operation kind (acquire, renew, release, transfer and each
+read). A call first asks `enter`: when fewer than ``limit`` statements of its kind are in
+flight and none is queued, it runs its own one-row statement at once, in its own task, and
+calls `leave` afterwards. A lone caller therefore pays two counter updates: no timer, no task,
+no added latency. Otherwise the call queues (`wait`); as soon as a statement of the kind ends,
+the queued calls go out together in one multi-row statement run by a task of its own, and each
+caller receives the rows its one-row statement would have returned.
+
+Rules that keep every answer exactly what the one-row statement would have answered at some
+instant inside the call (linearizable): a batch is sent only after each of its calls began and
+is answered before any of them returns; a write batch carries at most one call per key (the
+next call on that key waits for the next statement), so the rows of one statement never
+interact; reads of one key may share a statement (they see one instant). A caller's own
+deadline is its own: one that passes while it is queued or in flight fails that caller alone
+(a call still queued was never sent), and a batch runs until the latest deadline among its
+calls. Bad input never reaches the queue (calls are checked first). A statement that does not
+end (waiting for a row lock that a long transaction holds) does not hold up the others: when
+no statement of the kind has ended for `STALL` seconds, the queued calls go out beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from time import monotonic
+from typing import Any, Final
+
+from ._deadlines import Deadlines
+from .catalogue import Row
+
+__all__ = ["MAX_BATCH", "Coalescer", "Waiter"]
+
+#: Calls per multi-row statement at most.
+MAX_BATCH: Final = 512
+#: Seconds without any statement of a kind ending (one is stuck, on a row lock say) after
+#: which queued calls go out anyway, beside it, up to `MAX_STALLED` more statements.
+STALL: Final = 0.05
+MAX_STALLED: Final = 16
+
+
+class Waiter:
+    """One queued call: its key, its one-row arguments, its deadline and its future;
+    ``sent`` once its batch's statement went out (the sender marks it)."""
+
+    __slots__ = ("args", "deadline", "future", "key", "sent")
+
+    def __init__(
+        self, key: bytes, args: tuple[object, ...], deadline: float, future: asyncio.Future[Any]
+    ) -> None:
+        self.key = key
+        self.args = args
+        self.deadline = deadline
+        self.future: asyncio.Future[list[Row]] = future
+        self.sent = False
+
+
+#: Runs one batch within ``seconds``: per waiter, in the waiters' order, its rows or its own
+#: error.
+Send = Callable[[list[Waiter], float], Awaitable[list[list[Row] | BaseException]]]
+#: Builds the error of a waiter whose deadline passed (``sent``: its batch may have run).
+TimeoutFor = Callable[[bool], BaseException]
+
+
+class Coalescer:
+    """The in-flight count and the queue of one operation kind of one provider.
+
+    ``limit``: statements of this kind in flight at once (one-row or batches). ``single``:
+    False makes every call go through the queue (every statement a batch; for tests).
+    ``shared_keys``: reads, whose calls on one key may share a statement.
+    """
+
+    __slots__ = (
+        "_in_flight",
+        "_limit",
+        "_progress",
+        "_queue",
+        "_send",
+        "_shared_keys",
+        "_single",
+        "_stall_timer",
+        "_tasks",
+        "batched_calls",
+        "batches",
+    )
+
+    def __init__(
+        self, send: Send, *, limit: int = 1, single: bool = True, shared_keys: bool = False
+    ) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._send = send
+        self._limit = limit
+        self._single = single
+        self._shared_keys = shared_keys
+        self._in_flight = 0
+        self._progress = 0  # statements of this kind ended so far
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._queue: list[Waiter] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Diagnostics: multi-row statements sent, and the calls they carried.
+        self.batches = 0
+        self.batched_calls = 0
+
+    def enter(self) -> bool:
+        """True: run the one-row statement now, then call `leave`. False: call `wait`."""
+        if self._in_flight < self._limit and not self._queue and self._single:
+            self._in_flight += 1
+            return True
+        return False
+
+    def leave(self) -> None:
+        """A one-row statement admitted by `enter` ended (however it ended)."""
+        self._in_flight -= 1
+        self._progress += 1
+        if self._queue:
+            self._flush()
+
+    async def wait(
+        self,
+        key: bytes,
+        args: tuple[object, ...],
+        seconds: float,
+        deadlines: Deadlines,
+        timeout_for: TimeoutFor,
+    ) -> list[Row]:
+        """Queue this call for the next batch; its rows, or the batch's error, or a timeout
+        error of its own once ``seconds`` have passed."""
+        future: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(key, args, monotonic() + seconds, future)
+        self._queue.append(waiter)
+        if self._in_flight < self._limit:
+            self._flush()
+        elif self._stall_timer is None:
+            self._watch_stall()
+        task = deadlines.start(seconds)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if deadlines.timed_out(task):
+                raise timeout_for(waiter.sent) from None
+            raise
+        finally:
+            deadlines.finish(task)
+
+    def _watch_stall(self) -> None:
+        self._stall_timer = asyncio.get_running_loop().call_later(
+            STALL, self._unstall, self._progress
+        )
+
+    def _unstall(self, seen: int) -> None:
+        """`STALL` seconds after calls queued: if no statement ended since, send them anyway."""
+        self._stall_timer = None
+        if not self._queue:
+            return
+        if self._progress == seen and self._in_flight < self._limit + MAX_STALLED:
+            self._flush(self._in_flight + 1)
+        if self._queue:
+            self._watch_stall()
+
+    def _flush(self, limit: int | None = None) -> None:
+        """Send the queued calls, as many batches as the in-flight limit allows."""
+        limit = self._limit if limit is None else limit
+        while self._queue and self._in_flight < limit:
+            batch: list[Waiter] = []
+            rest: list[Waiter] = []
+            keys: set[bytes] = set()
+            shared = self._shared_keys
+            for waiter in self._queue:
+                if waiter.future.done():  # timed out or cancelled while queued
+                    continue
+                if len(batch) >= MAX_BATCH or (not shared and waiter.key in keys):
+                    rest.append(waiter)
+                    continue
+                keys.add(waiter.key)
+                batch.append(waiter)
+            self._queue = rest
+            if not batch:
+                return
+            self._in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._run(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: list[Waiter]) -> None:
+        try:
+            seconds = max(w.deadline for w in batch) - monotonic()
+            if seconds <= 0:
+                return  # every caller has already timed out (never sent)
+            self.batches += 1
+            self.batched_calls += len(batch)
+            results = await self._send(batch, seconds)
+            for waiter, rows in zip(batch, results, strict=True):
+                if waiter.future.done():
+                    continue
+                if isinstance(rows, BaseException):
+                    waiter.future.set_exception(rows)
+                else:
+                    waiter.future.set_result(rows)
+        except asyncio.CancelledError:
+            for waiter in batch:
+                waiter.future.cancel()
+            raise
+        except BaseException as exc:
+            for waiter in batch:
+                if not waiter.future.done():
+                    waiter.future.set_exception(exc)
+        finally:
+            self._in_flight -= 1
+            self._progress += 1
+            if self._queue:
+                self._flush()

@@ -1,0 +1,141 @@
+"""The coalescer's queueing rules, with a send function of our own (no database: these are the
+rules of who goes out with whom; tests/integration/test_coalescing.py runs the real statements)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sql_lease import _coalesce as coalesce
+from sql_lease._coalesce import Coalescer, Waiter
+from sql_lease._deadlines import Deadlines
+from sql_lease.catalogue import Row
+
+
+class Recorder:
+    """A send that records each batch's keys and answers each call with its own key, after
+    the test opens ``gate``."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[bytes]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def __call__(
+        self, batch: list[Waiter], seconds: float
+    ) -> list[list[Row] | BaseException]:
+        self.batches.append([w.key for w in batch])
+        for w in batch:
+            w.sent = True  # senders mark their calls sent as the statement goes out
+        await self.gate.wait()
+        return [[(w.key,)] for w in batch]
+
+
+def timeout_error(sent: bool) -> BaseException:
+    return TimeoutError(f"timed out (sent={sent})")
+
+
+async def test_a_lone_call_is_admitted_and_never_queues() -> None:
+    send = Recorder()
+    c = Coalescer(send)
+    assert c.enter()
+    assert not c.enter()  # the kind is busy: the next call would queue
+    c.leave()
+    assert c.enter()
+    c.leave()
+    assert send.batches == []
+
+
+async def test_calls_that_wait_together_go_out_together_with_one_write_per_key() -> None:
+    send = Recorder()
+    c = Coalescer(send)
+    deadlines = Deadlines()
+    assert c.enter()  # a one-row statement in flight
+    keys = [b"a", b"b", b"a", b"c", b"a"]
+    calls = [asyncio.ensure_future(c.wait(k, (k,), 5.0, deadlines, timeout_error)) for k in keys]
+    await asyncio.sleep(0)
+    assert send.batches == []  # nothing goes out while the kind is busy
+    c.leave()
+    results = await asyncio.gather(*calls)
+    assert results == [[(k,)] for k in keys]  # each its own rows
+    # Batches in arrival order, never a key twice in one.
+    assert send.batches == [[b"a", b"b", b"c"], [b"a"], [b"a"]]
+    assert (c.batches, c.batched_calls) == (3, 5)
+
+
+async def test_reads_of_one_key_share_a_batch() -> None:
+    send = Recorder()
+    c = Coalescer(send, shared_keys=True)
+    deadlines = Deadlines()
+    assert c.enter()
+    calls = [
+        asyncio.ensure_future(c.wait(b"k", (b"k",), 5.0, deadlines, timeout_error))
+        for _ in range(4)
+    ]
+    await asyncio.sleep(0)
+    c.leave()
+    await asyncio.gather(*calls)
+    assert send.batches == [[b"k"] * 4]
+
+
+async def test_a_queued_call_that_times_out_fails_alone_and_unsent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(coalesce, "STALL", 60.0)  # the statement in flight is not stuck
+    send = Recorder()
+    c = Coalescer(send)
+    deadlines = Deadlines()
+    assert c.enter()
+    short = asyncio.ensure_future(c.wait(b"a", (b"a",), 0.02, deadlines, timeout_error))
+    long = asyncio.ensure_future(c.wait(b"b", (b"b",), 5.0, deadlines, timeout_error))
+    with pytest.raises(TimeoutError, match="sent=False"):
+        await short
+    c.leave()
+    assert await long == [(b"b",)]
+    assert send.batches == [[b"b"]]  # the timed-out call never went out
+
+
+async def test_a_call_whose_batch_is_in_flight_times_out_as_sent() -> None:
+    send = Recorder()
+    send.gate.clear()
+    c = Coalescer(send, single=False)
+    deadlines = Deadlines()
+    short = asyncio.ensure_future(c.wait(b"a", (b"a",), 0.3, deadlines, timeout_error))
+    other = asyncio.ensure_future(c.wait(b"b", (b"b",), 5.0, deadlines, timeout_error))
+    with pytest.raises(TimeoutError, match="sent=True"):
+        await short
+    send.gate.set()
+    assert await other == [(b"b",)]
+
+
+async def test_one_callers_error_reaches_only_that_caller() -> None:
+    async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
+        return [ValueError("mine") if w.key == b"bad" else [(w.key,)] for w in batch]
+
+    c = Coalescer(send, single=False)
+    deadlines = Deadlines()
+    bad = asyncio.ensure_future(c.wait(b"bad", (), 5.0, deadlines, timeout_error))
+    good = asyncio.ensure_future(c.wait(b"good", (), 5.0, deadlines, timeout_error))
+    with pytest.raises(ValueError, match="mine"):
+        await bad
+    assert await good == [(b"good",)]
+
+
+async def test_a_stuck_statement_lets_the_queue_go_out_beside_it() -> None:
+    send = Recorder()
+    c = Coalescer(send)
+    deadlines = Deadlines()
+    assert c.enter()  # stuck: never leaves during the test
+    queued = asyncio.ensure_future(c.wait(b"a", (b"a",), 5.0, deadlines, timeout_error))
+    assert await queued == [(b"a",)]
+    assert send.batches == [[b"a"]]
+    c.leave()
+
+
+async def test_always_mode_sends_even_a_lone_call_as_a_batch() -> None:
+    send = Recorder()
+    c = Coalescer(send, single=False)
+    assert not c.enter()
+    assert await c.wait(b"a", (b"a",), 5.0, Deadlines(), timeout_error) == [(b"a",)]
+    assert send.batches == [[b"a"]]
