@@ -278,7 +278,8 @@ def _coalescing_bars(cells: Cells) -> list[Bar]:
         if cell not in cells:
             return
         op, field = kw.get("op"), kw.get("field", "ops_per_s")
-        what = f"{cell}{' ' + op if op else ''}: {a}/{b} {'p99' if field == 'p99_us' else field}"
+        label = {"p99_us": "p99", "ops_per_s": "ops/s"}.get(field, field)
+        what = f"{cell}{' ' + op if op else ''}: {a}/{b} {label}"
         if field == "mean_us":
             what = f"{cell} {op}: {a}/{b} mean latency"
         bars.append(

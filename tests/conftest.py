@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -93,45 +94,41 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
-@pytest.fixture
-async def sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
-    """A provider on the session's SQLite file, with the leases table emptied first."""
-    provider = SqlLeaseProvider.from_url(sqlite_url, timeout=10)
+async def emptied_provider(url: str, **kwargs: Any) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider on ``url`` (``from_url(url, timeout=10, **kwargs)``) whose leases table is
+    emptied first; closed afterwards. The body of the provider fixtures."""
+    provider = SqlLeaseProvider.from_url(url, timeout=10, **kwargs)
+    empty = "DELETE FROM leases" if url.startswith("sqlite") else "TRUNCATE leases"
     async with provider.engine.connect() as conn:
-        await conn.exec_driver_sql("DELETE FROM leases")
+        await conn.exec_driver_sql(empty)
         await conn.commit()
     yield provider
     await provider.aclose()
+
+
+@pytest.fixture
+async def sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider on the session's SQLite file, with the leases table emptied first."""
+    async for provider in emptied_provider(sqlite_url):
+        yield provider
 
 
 @pytest.fixture
 async def sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """A provider on the session database, with the leases table emptied first."""
-    provider = SqlLeaseProvider.from_url(database_url, timeout=10)
-    async with provider.engine.connect() as conn:
-        await conn.exec_driver_sql("TRUNCATE leases")
-        await conn.commit()
-    yield provider
-    await provider.aclose()
+    async for provider in emptied_provider(database_url):
+        yield provider
 
 
 @pytest.fixture
 async def batched_sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """As `sql_provider`, with every call sent through a coalesced batch (``"always"``)."""
-    provider = SqlLeaseProvider.from_url(database_url, timeout=10, coalesce="always")
-    async with provider.engine.connect() as conn:
-        await conn.exec_driver_sql("TRUNCATE leases")
-        await conn.commit()
-    yield provider
-    await provider.aclose()
+    async for provider in emptied_provider(database_url, coalesce="always"):
+        yield provider
 
 
 @pytest.fixture
 async def batched_sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """As `sqlite_provider`, with every call sent through a coalesced batch (``"always"``)."""
-    provider = SqlLeaseProvider.from_url(sqlite_url, timeout=10, coalesce="always")
-    async with provider.engine.connect() as conn:
-        await conn.exec_driver_sql("DELETE FROM leases")
-        await conn.commit()
-    yield provider
-    await provider.aclose()
+    async for provider in emptied_provider(sqlite_url, coalesce="always"):
+        yield provider

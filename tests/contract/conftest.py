@@ -9,6 +9,7 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider
 
+from ..conftest import emptied_provider
 from ..infra.pgbouncer import PgBouncer
 
 PROVIDERS = [
@@ -56,28 +57,15 @@ async def pgbouncer_provider(
 ) -> AsyncIterator[SqlLeaseProvider]:
     """As `sql_provider`, through `pgbouncer_tx` with ``pooler="transaction"``."""
     url = pgbouncer_tx.url(make_url(database_url).database or "postgres")
-    provider = SqlLeaseProvider.from_url(url, timeout=10, pooler="transaction")
-    async with provider.engine.connect() as conn:
-        await conn.exec_driver_sql("TRUNCATE leases")
-        await conn.commit()
-    yield provider
-    await provider.aclose()
+    async for provider in emptied_provider(url, pooler="transaction"):
+        yield provider
 
 
 #: The modules whose cases also run with every call through a batch: the statements'
-#: semantics. Holding, waiting and the coordinator call the same methods (and run with the
-#: default, adaptive coalescing on the other providers); running them batched too would only
-#: lengthen the suite.
-BATCHED_MODULES = frozenset(
-    {
-        "test_semantics",
-        "test_bad_input",
-        "test_reporting_forms",
-        "test_extensions",
-        "test_timedelta",
-        "test_closed",
-    }
-)
+#: semantics and what they report. Bad input is refused before a call can queue, and holding,
+#: waiting and the coordinator call the same methods (and run with the default, adaptive
+#: coalescing on the other providers): running them batched too would only lengthen the suite.
+BATCHED_MODULES = frozenset({"test_semantics", "test_reporting_forms", "test_extensions"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
