@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from time import monotonic
 
 from .._keeper import fence_moved
+from .._renewer import Ticket as BaseTicket
 from ..capabilities import Renewal
 from ..errors import LeaseDatabaseError
 from ._capabilities import SyncBatchRenewal, SyncBoolBatchRenewal, SyncLeaseProvider
@@ -42,30 +43,16 @@ def renew_batch(
     return [(bool(ok), None) for ok in oks]
 
 
-class Ticket:
-    """One held lease as the renewal thread sees it; times are `monotonic` seconds.
+class Ticket(BaseTicket):
+    """One held lease as the renewal thread sees it: `sql_lease._renewer.Ticket` (times are
+    `monotonic` seconds here) plus what the thread needs beside it.
 
-    Its holder sets ``due`` (next renewal), ``deadline`` (conservative local expiry) and
-    ``fence`` (the fence it holds: a renewal that reports another one finds it lost). The
-    thread calls ``renewed(started, renewal)`` after a successful renewal that started at
-    ``started`` (``renewal`` None when the provider reports no fence), ``failed(exc, now)``
-    after a database error (retried), ``gone(reason)`` when it is no longer held, and
-    ``expired()`` once its deadline passed.
+    Its holder also sets ``deadline`` (conservative local expiry) and ``fence`` (the fence it
+    holds: a renewal that reports another one finds it lost); the thread calls ``expired()``
+    once the deadline passed.
     """
 
-    __slots__ = (
-        "deadline",
-        "due",
-        "expired",
-        "failed",
-        "fence",
-        "gone",
-        "interval",
-        "key",
-        "owner",
-        "renewed",
-        "ttl_ms",
-    )
+    __slots__ = ("deadline", "expired", "fence")
 
     def __init__(
         self,
@@ -79,11 +66,10 @@ class Ticket:
         gone: Callable[[str], None],
         expired: Callable[[], None],
     ) -> None:
-        self.key, self.owner, self.ttl_ms, self.interval = key, owner, ttl_ms, interval
-        self.due = 0.0
+        super().__init__(key, owner, ttl_ms, interval, renewed=renewed, failed=failed, gone=gone)
         self.deadline = 0.0
         self.fence: int | None = None
-        self.renewed, self.failed, self.gone, self.expired = renewed, failed, gone, expired
+        self.expired = expired
 
 
 class Renewer:
