@@ -112,7 +112,7 @@ class CoalescedCalls(StatementRunner):
         }
         return {name: (c.batches, c.batched_calls) for name, c in kinds.items()}
 
-    def _one(
+    async def _one(
         self,
         coalescer: Coalescer,
         operation: str,
@@ -120,23 +120,8 @@ class CoalescedCalls(StatementRunner):
         sql: str,
         args: tuple[object, ...],
         seconds: float | None = None,
-    ) -> Awaitable[list[Any]]:
-        """One call's rows: its own statement now, or its share of the next batch. With
-        coalescing off, `_run`'s own coroutine (no frame in between, as before coalescing)."""
-        if self._coalesce is False:
-            direct: Awaitable[list[Any]] = self._run(operation, write, sql, args, seconds)
-            return direct
-        return self._coalesced(coalescer, operation, write, sql, args, seconds)
-
-    async def _coalesced(
-        self,
-        coalescer: Coalescer,
-        operation: str,
-        write: bool,
-        sql: str,
-        args: tuple[object, ...],
-        seconds: float | None,
     ) -> list[Any]:
+        """One call's rows: its own statement now, or its share of the next batch."""
         if coalescer.enter():
             try:
                 rows: list[Any] = await self._run(operation, write, sql, args, seconds)
