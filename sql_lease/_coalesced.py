@@ -14,6 +14,7 @@ from time import monotonic
 from typing import Any, Final, Literal
 
 from ._coalesce import Coalescer, Send, Waiter
+from ._deadlines import server_millis
 from ._execute import Fetch, StatementRunner
 from .catalogue import Batch, Row
 from .errors import LeaseClosedError, LeaseTimeoutError, LeaseTypeError, LeaseValueError
@@ -26,6 +27,8 @@ Coalesce = bool | Literal["always"]
 COALESCE_MODES: Final = (True, False, "always")
 #: Statements of one kind in flight at once before calls queue for a batch.
 IN_FLIGHT: Final = 1
+#: Milliseconds a write batch of several calls waits for a row lock before its calls run alone.
+LOCK_WAIT: Final = 100
 _UNLIMITED: Final = 1 << 30
 
 
@@ -65,7 +68,7 @@ class CoalescedCalls(StatementRunner):
             if batch is None:
                 send = self._transaction_sender(operation, write, single)
             else:
-                send = self._statement_sender(operation, write, batch.sql, single, width)
+                send = self._statement_sender(operation, write, batch, width)
             limit = _UNLIMITED if mode is False else IN_FLIGHT
             return Coalescer(send, limit=limit, single=mode != "always", shared_keys=shared)
 
@@ -156,55 +159,57 @@ class CoalescedCalls(StatementRunner):
             ),
         )
 
-    def _statement_sender(
-        self, operation: str, write: bool, sql: str, single: str, width: int
-    ) -> Send:
+    def _statement_sender(self, operation: str, write: bool, batch: Batch, width: int) -> Send:
         """Send a batch as one multi-row statement; split its rows by key.
 
-        When the server ends the statement before it applied anything (a write batch's short
-        lock wait, `backends.postgres.batch.LOCK_WAIT`: a call's row is locked by a long
-        transaction), each call runs again on its own within its own deadline, waiting for
-        locks as a one-row statement does: one locked key does not fail the others.
+        A write batch of several calls waits at most `LOCK_WAIT` for a row lock; when the
+        server gives up on one (a call's row is locked by a long transaction: nothing was
+        applied), each call runs again on its own. A call on its own (a batch of one, or one
+        running again) may wait for locks for the server's share of what is left of its
+        deadline, as a one-row statement does: the server then ends a statement stuck on a
+        lock before the call's deadline, so the caller learns that nothing was applied.
         """
+        sql = batch.sql
+        lock_wait = batch.lock_wait
 
-        async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
-            ordered = sorted(batch, key=_key)  # same lock order in every statement
-            columns = tuple(list(column) for column in zip(*(w.args for w in ordered), strict=True))
+        async def statement(waiters: list[Waiter], wait: int, seconds: float) -> list[list[Row]]:
+            ordered = sorted(waiters, key=_key)  # same lock order in every statement
+            args: tuple[object, ...] = tuple(
+                list(column) for column in zip(*(w.args for w in ordered), strict=True)
+            )
+            if lock_wait:
+                args += (wait,)
 
             def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
-                _mark_sent(batch)
-                return fetch(sql, *columns)
+                _mark_sent(waiters)
+                return fetch(sql, *args)
 
-            try:
-                rows = await self._run(operation, write, sql, columns, seconds, via=going_out)
-            except LeaseTimeoutError as exc:
-                if exc.outcome_unknown:
-                    raise
-                return await self._alone(operation, write, single, batch)
+            rows = await self._run(operation, write, sql, args, seconds, via=going_out)
             by_key: dict[bytes, list[Row]] = {}
             for row in rows:
                 by_key.setdefault(row[0], []).append(row[1 : 1 + width])
-            return [by_key.get(w.key, []) for w in batch]
+            return [by_key.get(w.key, []) for w in waiters]
 
-        return send
-
-    async def _alone(
-        self, operation: str, write: bool, sql: str, batch: list[Waiter]
-    ) -> list[list[Row] | BaseException]:
-        """Each call of ``batch`` as its own one-row statement, at once, each within what is
-        left of its deadline; per call its rows or its error."""
-        now = monotonic()
-
-        async def one(waiter: Waiter) -> list[Row]:
-            left = waiter.deadline - now
+        async def alone(waiter: Waiter) -> list[Row]:
+            left = waiter.deadline - monotonic()
             if left <= 0:
                 raise LeaseTimeoutError(
                     f"{operation}: no answer within the timeout", operation=operation
                 )
-            rows: list[Row] = await self._run(operation, write, sql, waiter.args, left)
-            return rows
+            rows = await statement([waiter], server_millis(left), left)
+            return rows[0]
 
-        return await asyncio.gather(*(one(w) for w in batch), return_exceptions=True)
+        async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
+            if len(batch) == 1 and lock_wait:
+                return [await alone(batch[0])]
+            try:
+                return list(await statement(batch, LOCK_WAIT, seconds))
+            except LeaseTimeoutError as exc:
+                if exc.outcome_unknown or not lock_wait:
+                    raise
+            return await asyncio.gather(*(alone(w) for w in batch), return_exceptions=True)
+
+        return send
 
     def _transaction_sender(self, operation: str, write: bool, sql: str) -> Send:
         """Send a batch as its one-row statements in one transaction on one connection (one

@@ -16,9 +16,17 @@ from asyncio import current_task, get_running_loop
 from time import monotonic
 from typing import Any, Final
 
-__all__ = ["TICK", "Deadlines"]
+__all__ = ["SERVER_SHARE", "TICK", "Deadlines", "server_millis"]
 
 TICK: Final = 0.01  # seconds: how late past its deadline a call can be cancelled
+#: The server-side bounds of a call (statement, lock and busy timeouts) as a share of its own
+#: timeout: the server gives up first, with an error that says nothing was applied.
+SERVER_SHARE: Final = 0.8
+
+
+def server_millis(seconds: float) -> int:
+    """The server-side bound, in whole milliseconds (at least 1), of a call given ``seconds``."""
+    return max(1, round(seconds * 1000 * SERVER_SHARE))
 
 
 class Deadlines:

@@ -29,6 +29,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from ._deadlines import SERVER_SHARE
 from ._provider_args import check_seconds
 from ._urls import build_engine, normalize_url, redact
 from .backends import backend_for, backend_for_url
@@ -48,7 +49,6 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
-SERVER_SHARE: Final = 0.8  # server-side (busy, statement) timeouts as a share of ``timeout``
 SQLITE_BUSY_DEFAULT: Final = 5.0  # SQLite's busy timeout when the call has no ``timeout``
 POOLERS: Final = (None, "transaction", "session")
 

@@ -127,13 +127,15 @@ class Batch:
     ``sql`` takes one array per parameter of the one-row statement, in the same order (the
     calls' arguments, column by column); each result row is the call's key followed by the
     columns the one-row statement returns (``columns``), so that a caller's rows are its
-    key's rows without the key.
+    key's rows without the key. ``lock_wait``: the statement takes one more parameter after
+    the arrays, the longest wait for a row lock in milliseconds (an integer).
     """
 
     name: str
     sql: str
     params: tuple[str, ...]
     columns: tuple[str, ...]
+    lock_wait: bool = False
 
 
 @dataclass(frozen=True, slots=True)

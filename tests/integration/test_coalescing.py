@@ -172,6 +172,36 @@ async def test_a_locked_row_does_not_fail_the_other_calls_of_its_batch(database_
         assert calls == batches + 3  # the four queued calls went out as one batch
 
 
+async def test_a_batched_call_stuck_on_a_lock_ends_before_its_deadline(database_url: str) -> None:
+    """A call that goes out in a batch waits for a row lock at most the server's share of
+    what is left of its deadline: the server ends it (55P03, nothing applied) even on an
+    engine with no server-side timeouts, where a lone call would meet its client deadline."""
+    t = tag()
+    locked = f"held:{t}"
+    engine = create_async_engine(normalize_url(database_url))
+    dsn = _pg_dsn(database_url)
+    try:
+        provider = SqlLeaseProvider(engine, timeout=1.0, coalesce="always")
+        assert (await provider.acquire_lease(locked, "me", 60_000)).acquired
+        with psycopg.connect(dsn) as blocker:
+            blocker.execute("SELECT 1 FROM leases WHERE key = %s FOR UPDATE", (locked.encode(),))
+            for call in (
+                provider.renew_lease(locked, "me", 60_000),
+                provider.acquire_lease(locked, "me", 60_000),
+                provider.transfer_lease(locked, "me", "you", 60_000),
+                provider.release_lease(locked, "me"),
+            ):
+                with pytest.raises(LeaseTimeoutError) as caught:
+                    await call
+                assert not caught.value.outcome_unknown
+                assert getattr(caught.value.__cause__, "sqlstate", None) == "55P03"
+            blocker.rollback()
+        assert await provider.get_lease_owner(locked) == "me"  # nothing was applied
+        await provider.aclose()
+    finally:
+        await engine.dispose()
+
+
 async def test_sqlite_batches_run_in_one_transaction(sqlite_url: str) -> None:
     async with SqlLeaseProvider.from_url(sqlite_url, timeout=10, coalesce="always") as provider:
         keys = [f"sq:{tag()}:{i}" for i in range(16)]

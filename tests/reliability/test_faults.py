@@ -319,14 +319,18 @@ async def test_lock_and_statement_timeouts_under_load(fresh_database: str) -> No
     # certainly not applied. A call can also hit the client-side deadline first (no SQLSTATE,
     # outcome unknown): lock_timeout bounds each lock wait, and a statement queued behind
     # another waiter waits twice (tuple lock, then the holder's transaction) when, as here,
-    # no statement_timeout bounds the whole.
+    # no statement_timeout bounds the whole. A call that queued for a coalesced batch has less
+    # than its whole timeout left when its statement starts: it waits for a lock at most the
+    # server's share of what is left (55P03 then, on either provider), so that it too ends
+    # with "nothing applied" rather than at its deadline.
     failed = [c for c in by_lock + by_statement if c.error]
     assert all(c.error == "LeaseTimeoutError" for c in failed), errors
     assert all(c.unknown == (c.sqlstate is None) for c in failed), errors
     lock_states = {c.sqlstate for c in by_lock if c.error}
     statement_states = {c.sqlstate for c in by_statement if c.error}
     assert "55P03" in lock_states and lock_states <= {"55P03", None}, lock_states
-    assert "57014" in statement_states and statement_states <= {"57014", None}, statement_states
+    assert "57014" in statement_states, statement_states
+    assert statement_states <= {"57014", "55P03", None}, statement_states
 
 
 # -- the connection pool is exhausted ---------------------------------------------------------

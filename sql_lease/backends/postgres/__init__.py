@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._dberrors import Failure
+from ..._deadlines import server_millis
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
@@ -188,7 +189,7 @@ class PostgresBackend:
             )
             return args
         if timeout is not None:
-            millis = str(max(1, round(timeout * 1000 * driver.SERVER_SHARE)))
+            millis = str(server_millis(timeout))
             args["server_settings"] = {"statement_timeout": millis, "lock_timeout": millis}
         return args
 

@@ -8,11 +8,13 @@ never interact) and sorts the calls by key (row locks are then taken in the same
 statements that overlap, which keeps deadlocks rare; one that happens rolls the whole statement
 back and it runs again). Each result row starts with its key.
 
-A write batch waits at most `LOCK_WAIT` for a row lock (``set_config('lock_timeout', ...,
-true)`` evaluated with its first input row, so before it can meet a lock; transaction-local,
-and each statement is its own transaction): a row locked by a long transaction (a caller's
-`guard`, say) then fails the statement at once with nothing applied, and the provider runs
-each of its calls on its own, each waiting for locks as a one-row statement does. So one
+A write batch takes one more parameter after its arrays: how long it may wait for a row lock,
+in milliseconds, or less when the session's own ``lock_timeout`` is shorter
+(``set_config('lock_timeout', ..., true)`` evaluated once, with its first input row, so before
+it can meet a lock; transaction-local, and each statement is its own transaction).
+The provider passes a short wait for a batch of several calls: a row locked by a long
+transaction (a caller's `guard`, say) then fails the statement soon with nothing applied, and
+each of its calls runs again on its own, waiting for locks within its own deadline. So one
 locked key never holds up the other calls of its batch for long.
 """
 
@@ -20,18 +22,25 @@ from __future__ import annotations
 
 from ...catalogue import Batch, Batches
 
-__all__ = ["LOCK_WAIT", "build_batches"]
+__all__ = ["build_batches"]
 
-#: How long a write batch waits for a row lock before it gives up (and its calls run alone).
-LOCK_WAIT = "100ms"
 _LIVE = "l.expires_at > clock_timestamp()"
+_KOT_ARRAYS = "$1::bytea[], $2::bytea[], $3::bigint[]"
 _TRANSFER_ARRAYS = "$1::bytea[], $2::bytea[], $3::bytea[], $4::bigint[]"
-_SHORT_LOCKS = f"set_config('lock_timeout', '{LOCK_WAIT}', true) IS NOT NULL"
+
+
+#: The session's own lock_timeout in milliseconds, NULL when it has none (0).
+_SESSION_LOCK_WAIT = (
+    "NULLIF(extract(epoch FROM current_setting('lock_timeout')::interval) * 1000, 0)"
+)
 
 
 def _input(arrays: str, columns: str) -> str:
-    """The calls as rows, the batch's short lock wait set as the first row comes out."""
-    return f"(SELECT * FROM unnest({arrays}) AS u({columns}) WHERE {_SHORT_LOCKS}) AS i"
+    """The calls as rows; as the first row comes out (an InitPlan, evaluated once), the lock
+    wait becomes the parameter after the arrays, or the session's own when that is shorter."""
+    wait = f"LEAST(${arrays.count('[]') + 1}::int, {_SESSION_LOCK_WAIT})::int::text"
+    locks = f"(SELECT set_config('lock_timeout', {wait}, true)) IS NOT NULL"
+    return f"(SELECT * FROM unnest({arrays}) AS u({columns}) WHERE {locks}) AS i"
 
 
 def _expiry(ttl: str) -> str:
@@ -50,7 +59,7 @@ def build_batches(table: str, nextval: str, channel: str) -> Batches:
     # another holder matches neither (no lock, no write) and comes back as the holder.
     acquire = f"""
 WITH i AS MATERIALIZED (
-    SELECT * FROM {_input("$1::bytea[], $2::bytea[], $3::bigint[]", "key, owner, ttl")}
+    SELECT * FROM {_input(_KOT_ARRAYS, "key, owner, ttl")}
 ), cur AS MATERIALIZED (
     SELECT l.key, l.owner, l.fence, l.expires_at, {_LIVE} AS live
     FROM {table} AS l WHERE l.key = ANY($1::bytea[])
@@ -77,7 +86,7 @@ UNION ALL SELECT key, false, fence, expires_at, owner FROM cur WHERE live
 """.strip()
     renew = f"""
 UPDATE {table} AS l SET expires_at = {_expiry("i.ttl")}
-FROM {_input("$1::bytea[], $2::bytea[], $3::bigint[]", "key, owner, ttl")}
+FROM {_input(_KOT_ARRAYS, "key, owner, ttl")}
 WHERE l.key = i.key AND l.owner = i.owner AND {_LIVE}
 RETURNING l.key, l.fence, l.expires_at
 """.strip()
@@ -101,20 +110,25 @@ RETURNING l.key, l.fence, l.expires_at, {notified}
 SELECT l.key, l.owner, l.fence, l.expires_at, l.acquired_at FROM {table} AS l
 WHERE l.key = ANY($1::bytea[]) AND {_LIVE}
 """.strip()
-    kot = ("keys", "owners", "ttl_ms")
+    kot = ("keys", "owners", "ttl_ms", "lock_wait_ms")
     return Batches(
         acquire=Batch(
-            "acquire", acquire, kot, ("key", "acquired", "fence", "expires_at", "holder")
+            "acquire", acquire, kot, ("key", "acquired", "fence", "expires_at", "holder"), True
         ),
-        renew=Batch("renew", renew, kot, ("key", "fence", "expires_at")),
+        renew=Batch("renew", renew, kot, ("key", "fence", "expires_at"), True),
         release=Batch(
-            "release", release, ("keys", "owners"), ("key", "fence", "expires_at", "notified")
+            "release",
+            release,
+            ("keys", "owners", "lock_wait_ms"),
+            ("key", "fence", "expires_at", "notified"),
+            True,
         ),
         transfer=Batch(
             "transfer",
             transfer,
-            ("keys", "from_owners", "to_owners", "ttl_ms"),
+            ("keys", "from_owners", "to_owners", "ttl_ms", "lock_wait_ms"),
             ("key", "fence", "expires_at", "notified"),
+            True,
         ),
         read=Batch("read", read, ("keys",), ("key", "owner", "fence", "expires_at", "acquired_at")),
     )

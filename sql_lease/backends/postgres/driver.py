@@ -13,13 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import await_only
 
+from ..._deadlines import SERVER_SHARE, server_millis
 from .. import POOLED, Fetch
 
 __all__ = ["SERVER_SHARE", "engine_arguments", "fetch_of", "settle", "watch_server_timeouts"]
 
 logger = logging.getLogger("sql_lease")
 
-SERVER_SHARE: Final = 0.8  # server-side statement/lock timeout as a share of the call's timeout
 _CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
 
 
@@ -77,7 +77,7 @@ def engine_arguments(
             options = dict(engine_kwargs.get("execution_options") or {})
             engine_kwargs["execution_options"] = {**options, POOLED: pooler}
         return
-    millis = str(max(1, round(timeout * 1000 * SERVER_SHARE)))
+    millis = str(server_millis(timeout))
     connect_args["server_settings"] = {
         "application_name": "sql_lease",
         "statement_timeout": millis,
@@ -104,7 +104,7 @@ def watch_server_timeouts(engine: AsyncEngine, timeout: float) -> None:
     """At ``engine``'s first connection, read the server-side timeouts once (one unnamed
     statement) and log a WARNING on ``sql_lease`` naming the fix when either is 0: behind a
     pooler they cannot be sent at connect time, only the client-side deadline is left."""
-    millis = max(1, round(timeout * 1000 * SERVER_SHARE))
+    millis = server_millis(timeout)
 
     def first_connect(dbapi_connection: Any, _record: object) -> None:
         conn = cast("asyncpg.Connection", dbapi_connection.driver_connection)

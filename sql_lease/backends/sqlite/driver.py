@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlalchemy.pool import PoolProxiedConnection
 
+from ..._deadlines import SERVER_SHARE
 from .. import Adaptor, Fetch
 from .errors import ConnectionClosed
-from .startup import SERVER_SHARE, open_existing, pragmas, start
+from .startup import open_existing, pragmas, start
 
 __all__ = ["SqliteConnection", "adaptor", "engine_arguments", "parse_time"]
 

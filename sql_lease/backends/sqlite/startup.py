@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import aiosqlite
 
+from ..._deadlines import server_millis
 from ...errors import LeaseSchemaError
 from .errors import is_busy
 
@@ -34,14 +35,13 @@ __all__ = [
     "start_sync",
 ]
 
-SERVER_SHARE: Final = 0.8  # busy timeout as a share of the call's timeout
 _WAL_RETRY_FIRST: Final = 0.002  # seconds before the first retry of a busy switch to WAL
 _WAL_RETRY_MAX: Final = 0.05  # longest pause between two tries
 
 
 def pragmas(timeout: float, synchronous: bool) -> tuple[str, ...]:
     """The per-connection settings for calls bounded by ``timeout`` seconds."""
-    busy_ms = max(1, round(timeout * 1000 * SERVER_SHARE))
+    busy_ms = server_millis(timeout)
     return (
         f"PRAGMA busy_timeout = {busy_ms}",
         f"PRAGMA synchronous = {'FULL' if synchronous else 'NORMAL'}",
