@@ -16,13 +16,18 @@ them alike:
   next variant without the pooler: what the pooler itself costs is the gap between the two);
 - ``pgbouncer-tx``: ``pooler="transaction"`` through a PgBouncer started here (transaction
   mode, ``--pool-size`` server connections, its default settings): psycopg, one simple-protocol
-  round trip per call with the server-side timeouts set inside it;
+  round trip per call on the connection's libpq handle (`psycopg_wire`), the server-side
+  timeouts set inside it;
 - ``pgbouncer-tx-asyncpg``: the asyncpg pooler mode (``pooler="session"`` settings: unnamed
   statements, two round trips each, no server-side timeouts) through the same PgBouncer; what
   ``pooler="transaction"`` did before it ran on psycopg.
 
-Prints a table (median ops/s per variant and cell, ratio to ``direct``) and, with ``--json``,
-writes it. Needs the ``pgbouncer`` binary and the local server (``--pg-url``; trust auth).
+Prints a table (median ops/s per variant and cell, ratio to ``direct`` and its range over the
+rounds, each round against that round's ``direct``; CPU per operation of the client process,
+of the bench database's server backends, and of the PgBouncer process, from ``/proc``) and,
+with ``--json``, writes it. Under a saturated machine (2 cores shared by all three) the ratio
+follows the total CPU per operation. Needs the ``pgbouncer`` binary and the local server
+(``--pg-url``; trust auth).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -48,9 +54,56 @@ from tests.infra.pgbouncer import PgBouncer
 CELLS = ("lifecycle", "read")
 
 
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of processes ``pids`` so far (those gone since count as nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class Cpu:
+    """CPU per operation of the client (this process), the server backends of the bench
+    database, and the pooler (its pid file), read around each measurement."""
+
+    def __init__(self, admin: dict[str, Any], db: str, bouncer_pid: int | None) -> None:
+        self.admin, self.db, self.bouncer_pid = admin, db, bouncer_pid
+
+    def backends(self) -> list[int]:
+        with psycopg.connect(**self.admin, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.db,)
+            ).fetchall()
+        return [int(pid) for (pid,) in rows]
+
+    def snapshot(self) -> tuple[float, float, float, list[int]]:
+        pids = self.backends()
+        pooler = _cpu_seconds([self.bouncer_pid]) if self.bouncer_pid else 0.0
+        return time.process_time(), _cpu_seconds(pids), pooler, pids
+
+    def since(self, before: tuple[float, float, float, list[int]]) -> tuple[float, float, float]:
+        """CPU seconds (client, server, pooler) since ``before``, on the same backends."""
+        client, server, pooler, pids = before
+        now_pooler = _cpu_seconds([self.bouncer_pid]) if self.bouncer_pid else 0.0
+        return (
+            time.process_time() - client,
+            _cpu_seconds(pids) - server,
+            now_pooler - pooler,
+        )
+
+
 async def measure(
-    cell: str, url: str, options: dict[str, Any], clients: int, seconds: float
-) -> float:
+    cell: str,
+    url: str,
+    options: dict[str, Any],
+    clients: int,
+    seconds: float,
+    cpu: Cpu | None = None,
+) -> tuple[float, tuple[float, float, float]]:
     provider = SqlLeaseProvider.from_url(
         url, timeout=10, pool_size=clients, max_overflow=0, **options
     )
@@ -76,10 +129,16 @@ async def measure(
         stop = time.monotonic() + min(0.5, seconds)  # warm-up: every connection opened
         await asyncio.gather(*(client(n) for n in range(clients)))
         done = 0
+        before = cpu.snapshot() if cpu else None
         started = time.monotonic()
         stop = started + seconds
         await asyncio.gather(*(client(n) for n in range(clients)))
-        return done / (time.monotonic() - started)
+        rate = done / (time.monotonic() - started)
+        per_op = (0.0, 0.0, 0.0)
+        if cpu is not None and before is not None:
+            client_s, server_s, pooler_s = cpu.since(before)
+            per_op = (client_s * 1e6 / done, server_s * 1e6 / done, pooler_s * 1e6 / done)
+        return rate, per_op
     finally:
         await provider.aclose()
 
@@ -112,11 +171,15 @@ def main() -> int:
         pool_size=args.pool_size,
     )
     results: dict[tuple[str, str], list[float]] = {}
+    costs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     failures: dict[str, list[str]] = {}
     try:
         migrate.upgrade(direct)
         bouncer.start()
         pooled = bouncer.url(db)
+        pid_file = bouncer.base / "pgbouncer.pid"
+        bouncer_pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+        cpu = Cpu(admin, db, bouncer_pid)
         variants: dict[str, tuple[str, dict[str, Any]]] = {
             "direct": (direct, {}),
             "direct-unnamed": (direct, {"connect_args": {"statement_cache_size": 0}}),
@@ -133,29 +196,48 @@ def main() -> int:
                 for name in order:
                     url, options = variants[name]
                     try:
-                        rate = asyncio.run(measure(cell, url, options, args.clients, args.duration))
+                        rate, per_op = asyncio.run(
+                            measure(cell, url, options, args.clients, args.duration, cpu)
+                        )
                     except LeaseError as exc:  # counted, not hidden: the table shows it
                         failures.setdefault(f"{cell}/{name}", []).append(str(exc))
                         print(f"round {r + 1} {cell:9s} {name:21s} FAILED: {exc}", flush=True)
                         continue
                     results.setdefault((cell, name), []).append(rate)
-                    print(f"round {r + 1} {cell:9s} {name:21s} {rate:9.0f} ops/s", flush=True)
+                    costs.setdefault((cell, name), []).append(per_op)
+                    print(
+                        f"round {r + 1} {cell:9s} {name:21s} {rate:9.0f} ops/s  "
+                        "CPU us/op client {:5.0f} server {:5.0f} pooler {:5.0f}".format(*per_op),
+                        flush=True,
+                    )
     finally:
         bouncer.stop()
         with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
     table: dict[str, dict[str, Any]] = {}
-    print(f"\n{'cell':9s} {'variant':21s} {'ops/s (median)':>15s} {'x direct':>9s}")
+    print(
+        f"\n{'cell':9s} {'variant':21s} {'ops/s (median)':>15s} {'x direct':>9s} {'range':>11s}"
+        "  CPU us/op (median): client server pooler"
+    )
     for (cell, name), rates in results.items():
         base = statistics.median(results[(cell, "direct")])
+        cpu_median = [statistics.median(c[i] for c in costs[(cell, name)]) for i in range(3)]
+        # Per round, against that round's direct (paired: the same moment's machine noise).
+        ratios = [a / b for a, b in zip(rates, results[(cell, "direct")], strict=False)]
         row = {
             "median_ops_per_s": statistics.median(rates),
             "ratio_to_direct": statistics.median(rates) / base,
+            "ratio_range": [min(ratios), max(ratios)],
+            "cpu_us_per_op": dict(zip(("client", "server", "pooler"), cpu_median, strict=True)),
             "rounds": rates,
             "failed_rounds": len(failures.get(f"{cell}/{name}", [])),
         }
         table[f"{cell}/{name}"] = row
-        print(f"{cell:9s} {name:21s} {row['median_ops_per_s']:15.0f} {row['ratio_to_direct']:9.2f}")
+        print(
+            f"{cell:9s} {name:21s} {row['median_ops_per_s']:15.0f} {row['ratio_to_direct']:9.2f}"
+            f" {min(ratios):5.2f}-{max(ratios):4.2f}"
+            "  {:6.0f} {:6.0f} {:6.0f}".format(*cpu_median)
+        )
     meta = {"clients": args.clients, "pool_size": args.pool_size, "duration_s": args.duration}
     if args.json:
         args.json.write_text(

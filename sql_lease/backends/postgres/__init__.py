@@ -4,6 +4,8 @@
 - `driver`: asyncpg's per-connection fetch, cancel-then-drop, ``from_url`` engine defaults;
 - `psycopg_driver`: psycopg's fetch behind a transaction pooler (one round trip per call,
   server-side timeouts set inside it);
+- `psycopg_wire`: that fetch's one simple-protocol query on the libpq handle (no cursor, no
+  task per call);
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);

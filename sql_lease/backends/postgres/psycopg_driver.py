@@ -13,18 +13,19 @@ Here each call is one simple-protocol query, one round trip, no statement name a
 
 The three statements run in one implicit transaction (the pooler keeps the server connection
 for it, and the settings end with it), so the server-side timeouts (80% of the call's timeout)
-are in force for the statement itself and nothing leaks. Parameters are bound by psycopg on
-the client (`psycopg.AsyncClientCursor`: libpq's own escaping, bytea as hex literals).
+are in force for the statement itself and nothing leaks. Parameters are bound on the client
+with psycopg's own literals (libpq's escaping, bytea as hex literals: NUL-safe), exactly what
+`psycopg.AsyncClientCursor` would send; the query runs straight on the connection's libpq
+handle (`psycopg_wire`: no cursor, no task per call), and failures raise psycopg's exceptions.
 
-A cancelled call returns at once: the statement runs in a task of its own, which psycopg
-cancels on the server (a cancel request through the pooler, then waiting for the statement to
-end); `settle` awaits that task (bounded) before the connection is dropped.
+A cancelled call returns at once; its statement is cancelled on the server (a cancel request
+through the pooler) and its results drained in a task of its own, which `settle` awaits
+(bounded) before the connection is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Final, cast
 from urllib.parse import parse_qsl
 
@@ -38,13 +39,13 @@ from ..._libpq import DSN_PREFIX
 from ...errors import LeaseValueError
 from .. import Adaptor, Fetch
 from .errors import NotSentError
+from .psycopg_wire import Exchange, Template, template
 
 __all__ = ["DRIVER", "engine_url", "fetch_for", "settle", "watch_engine"]
 
 DRIVER: Final = "postgresql+psycopg"
 _CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
 _PENDING: Final = "sql_lease.cancelled"  # fairy.info key: the task of a cancelled statement
-_PLACEHOLDER: Final = re.compile(r"\$(\d+)")  # the catalogue's: never inside a literal
 _CACHED: Final = 256  # statement texts converted and kept (the catalogue has a few dozen)
 _SSL_MODES: Final = frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"})
 #: asyncpg's connect arguments (as `driver.engine_arguments` fills them), not psycopg's.
@@ -92,43 +93,19 @@ def watch_engine(engine: AsyncEngine, *, connect_timeout: float) -> None:
     event.listen(engine.sync_engine, "do_connect", do_connect)
 
 
-def _converted(
-    sql: str, prefix: str, cache: dict[str, tuple[str, tuple[int, ...]]]
-) -> tuple[str, tuple[int, ...]]:
-    """``sql`` with ``$n`` as psycopg's ``%s`` (in order of appearance) after ``prefix``, and
-    which argument each placeholder takes; cached per statement text."""
-    found = cache.get(sql)
-    if found is None:
-        order: list[int] = []
-
-        def placeholder(match: re.Match[str]) -> str:
-            order.append(int(match.group(1)) - 1)
-            return "%s"
-
-        text = prefix + _PLACEHOLDER.sub(placeholder, sql.replace("%", "%%"))
-        if len(cache) >= _CACHED:
-            cache.clear()
-        found = cache[sql] = (text, tuple(order))
-    return found
-
-
 def fetch_for(timeout: float, share: float) -> Adaptor:
     """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
     server-side timeouts at ``share`` of ``timeout``, in one round trip (module docstring)."""
     millis = max(1, round(timeout * 1000 * share))
     prefix = f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
-    cache: dict[str, tuple[str, tuple[int, ...]]] = {}
+    caches: dict[str, dict[str, Template]] = {}  # per client encoding: statement -> template
 
     def adapt(fairy: PoolProxiedConnection) -> Fetch:
         conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
-        cursor = psycopg.AsyncClientCursor(conn)
+        exchange = Exchange(conn)
+        encoding = exchange.encoding
+        cache = caches.setdefault(encoding, {})
         info = fairy.info
-
-        async def run(text: str, params: list[object]) -> list[Any]:
-            await cursor.execute(text, params)
-            cursor.nextset()  # past the two SET LOCALs: the statement's own result
-            cursor.nextset()
-            return await cursor.fetchall() if cursor.description is not None else []
 
         async def fetch(sql: str, *args: object) -> list[Any]:
             if conn.closed or conn.broken:
@@ -138,15 +115,18 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
                     "a postgresql+psycopg engine must be in autocommit: "
                     'create_async_engine(url, isolation_level="AUTOCOMMIT")'
                 )
-            text, order = _converted(sql, prefix, cache)
-            task = asyncio.ensure_future(run(text, [args[i] for i in order]))
+            found = cache.get(sql)
+            if found is None:
+                if len(cache) >= _CACHED:
+                    cache.clear()
+                found = cache[sql] = template(sql, prefix, encoding)
+            query = exchange.query(found, args)
             try:
-                return await asyncio.shield(task)
+                return await exchange.run(query)
             except asyncio.CancelledError:
-                if not task.done():
-                    task.cancel()  # psycopg cancels the statement on the server
-                    task.add_done_callback(_consume)
-                    info[_PENDING] = task
+                task = asyncio.ensure_future(exchange.abandon(_CANCEL_GRACE))
+                task.add_done_callback(_consume)
+                info[_PENDING] = task
                 raise
 
         return fetch
@@ -163,4 +143,4 @@ async def settle(fairy: PoolProxiedConnection) -> None:
     """Wait (bounded) until a cancelled statement has ended on the server."""
     task = fairy.info.pop(_PENDING, None)
     if isinstance(task, asyncio.Future) and not task.done():
-        await asyncio.wait([task], timeout=_CANCEL_GRACE)
+        await asyncio.wait([task], timeout=_CANCEL_GRACE + 1)  # the task bounds itself
