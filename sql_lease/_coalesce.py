@@ -30,7 +30,7 @@ from typing import Any, Final
 from ._deadlines import Deadlines
 from .catalogue import Row
 
-__all__ = ["MAX_BATCH", "Coalescer", "Waiter"]
+__all__ = ["MAX_BATCH", "Coalescer", "Lane", "Waiter"]
 
 #: Calls per multi-row statement at most.
 MAX_BATCH: Final = 512
@@ -41,18 +41,25 @@ MAX_STALLED: Final = 16
 
 
 class Waiter:
-    """One queued call: its key, its one-row arguments, its deadline and its future;
-    ``sent`` once its batch's statement went out (the sender marks it)."""
+    """One queued call: its kind (the `Lane` it came by), its key, its one-row arguments, its
+    deadline and its future; ``sent`` once its batch's statement went out (the sender marks
+    it)."""
 
-    __slots__ = ("args", "deadline", "future", "key", "sent")
+    __slots__ = ("args", "deadline", "future", "key", "kind", "sent")
 
     def __init__(
-        self, key: bytes, args: tuple[object, ...], deadline: float, future: asyncio.Future[Any]
+        self,
+        key: bytes,
+        args: tuple[object, ...],
+        deadline: float,
+        future: asyncio.Future[Any],
+        kind: int = 0,
     ) -> None:
         self.key = key
         self.args = args
         self.deadline = deadline
         self.future: asyncio.Future[list[Row]] = future
+        self.kind = kind
         self.sent = False
 
 
@@ -64,11 +71,13 @@ TimeoutFor = Callable[[bool], BaseException]
 
 
 class Coalescer:
-    """The in-flight count and the queue of one operation kind of one provider.
+    """The in-flight count and the queue of one provider's calls of ``kinds`` operation kinds
+    that may share a statement (the writes share one: at most one write per key in it).
 
-    ``limit``: statements of this kind in flight at once (one-row or batches). ``single``:
-    False makes every call go through the queue (every statement a batch; for tests).
-    ``shared_keys``: reads, whose calls on one key may share a statement.
+    ``limit``: statements in flight at once (one-row or batches). ``single``: False makes
+    every call go through the queue (every statement a batch; for tests). ``shared_keys``:
+    reads, whose calls on one key may share a statement. Calls come in by `Lane`, one per
+    kind; the sender sees each waiter's kind.
     """
 
     __slots__ = (
@@ -83,10 +92,18 @@ class Coalescer:
         "_tasks",
         "batched_calls",
         "batches",
+        "kind_batches",
+        "kind_calls",
     )
 
     def __init__(
-        self, send: Send, *, limit: int = 1, single: bool = True, shared_keys: bool = False
+        self,
+        send: Send,
+        *,
+        limit: int = 1,
+        single: bool = True,
+        shared_keys: bool = False,
+        kinds: int = 1,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
@@ -99,9 +116,12 @@ class Coalescer:
         self._stall_timer: asyncio.TimerHandle | None = None
         self._queue: list[Waiter] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Diagnostics: multi-row statements sent, and the calls they carried.
+        #: Diagnostics: multi-row statements sent, and the calls they carried; per kind, the
+        #: statements that carried calls of the kind, and those calls.
         self.batches = 0
         self.batched_calls = 0
+        self.kind_batches = [0] * kinds
+        self.kind_calls = [0] * kinds
 
     def enter(self) -> bool:
         """True: run the one-row statement now, then call `leave`. False: call `wait`."""
@@ -124,11 +144,12 @@ class Coalescer:
         seconds: float,
         deadlines: Deadlines,
         timeout_for: TimeoutFor,
+        kind: int = 0,
     ) -> list[Row]:
-        """Queue this call for the next batch; its rows, or the batch's error, or a timeout
-        error of its own once ``seconds`` have passed."""
+        """Queue this call (of ``kind``) for the next batch; its rows, or the batch's error, or
+        a timeout error of its own once ``seconds`` have passed."""
         future: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(key, args, monotonic() + seconds, future)
+        waiter = Waiter(key, args, monotonic() + seconds, future, kind)
         self._queue.append(waiter)
         if self._in_flight < self._limit:
             self._flush()
@@ -190,6 +211,12 @@ class Coalescer:
                 return  # every caller has already timed out (never sent)
             self.batches += 1
             self.batched_calls += len(batch)
+            kinds = set()
+            for waiter in batch:
+                self.kind_calls[waiter.kind] += 1
+                kinds.add(waiter.kind)
+            for kind in kinds:
+                self.kind_batches[kind] += 1
             results = await self._send(batch, seconds)
             for waiter, rows in zip(batch, results, strict=True):
                 if waiter.future.done():
@@ -211,3 +238,43 @@ class Coalescer:
             self._progress += 1
             if self._queue:
                 self._flush()
+
+
+class Lane:
+    """One operation kind's way into a `Coalescer` (which may carry several kinds in one
+    statement): `enter`, `leave` and `wait` as the coalescer's, with the kind attached."""
+
+    __slots__ = ("_coalescer", "kind")
+
+    def __init__(self, coalescer: Coalescer, kind: int = 0) -> None:
+        self._coalescer = coalescer
+        self.kind = kind
+
+    def enter(self) -> bool:
+        """True: run the one-row statement now, then call `leave`. False: call `wait`."""
+        return self._coalescer.enter()
+
+    def leave(self) -> None:
+        """A one-row statement admitted by `enter` ended (however it ended)."""
+        self._coalescer.leave()
+
+    def wait(
+        self,
+        key: bytes,
+        args: tuple[object, ...],
+        seconds: float,
+        deadlines: Deadlines,
+        timeout_for: TimeoutFor,
+    ) -> Awaitable[list[Row]]:
+        """`Coalescer.wait` for a call of this lane's kind."""
+        return self._coalescer.wait(key, args, seconds, deadlines, timeout_for, self.kind)
+
+    @property
+    def batches(self) -> int:
+        """Multi-row statements that carried calls of this kind."""
+        return self._coalescer.kind_batches[self.kind]
+
+    @property
+    def batched_calls(self) -> int:
+        """Calls of this kind that went out in multi-row statements."""
+        return self._coalescer.kind_calls[self.kind]

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from operator import itemgetter
 from time import monotonic
 from typing import Any, Final, Literal
 
-from ._coalesce import Coalescer, Send, Waiter
+from ._coalesce import Coalescer, Lane, Send, Waiter
 from ._deadlines import server_millis
 from ._execute import Fetch, StatementRunner
-from .catalogue import Batch, Row
-from .errors import LeaseClosedError, LeaseTimeoutError, LeaseTypeError, LeaseValueError
+from .catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Row
+from .errors import (
+    LeaseClosedError,
+    LeaseDatabaseError,
+    LeaseError,
+    LeaseTimeoutError,
+    LeaseTypeError,
+    LeaseValueError,
+)
 
 __all__ = ["COALESCE_MODES", "Coalesce", "CoalescedCalls", "check_coalesce"]
 
@@ -29,6 +37,13 @@ COALESCE_MODES: Final = (True, False, "always")
 IN_FLIGHT: Final = 1
 #: Milliseconds a write batch of several calls waits for a row lock before its calls run alone.
 LOCK_WAIT: Final = 100
+#: Write statements in flight at once (the write kinds share them) before writes queue.
+WRITES_IN_FLIGHT = 2
+#: True: the write kinds share one coalescer (one statement for all waiting writes); False
+#: (for benchmarks that measure what sharing gains): each kind has its own statements.
+MIX_WRITES = True
+#: The provider method of each write kind (`catalogue.WRITE_KINDS`).
+WRITE_OPERATIONS: Final = ("acquire_lease", "renew_lease", "release_lease", "transfer_lease")
 _UNLIMITED: Final = 1 << 30
 
 
@@ -41,61 +56,50 @@ def check_coalesce(value: object) -> Coalesce:
 
 
 class CoalescedCalls(StatementRunner):
-    """The coalescers of `SqlLeaseProvider` (its base class) and their batch senders."""
+    """The coalescers of `SqlLeaseProvider` (its base class) and their batch senders: one for
+    the writes (acquire, renew, release and transfer calls share a statement), one per read."""
 
     _coalesce: Coalesce
-    _acquires: Coalescer
-    _renews: Coalescer
-    _releases: Coalescer
-    _transfers: Coalescer
-    _owner_reads: Coalescer
-    _lease_reads: Coalescer
-    _holder_reads: Coalescer
+    _acquires: Lane
+    _renews: Lane
+    _releases: Lane
+    _transfers: Lane
+    _owner_reads: Lane
+    _lease_reads: Lane
+    _holder_reads: Lane
 
     def _init_coalescing(self, mode: Coalesce) -> None:
         self._coalesce = mode
         sql = self._sql
         batches = sql.batches
+        limit = _UNLIMITED if mode is False else IN_FLIGHT
+        single = mode != "always"
+        writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
+        if batches is None:
+            send = self._transaction_sender(True, tuple(s.sql for s in writes))
+        else:
+            send = self._writes_sender(batches, tuple(s.columns for s in writes))
+        kinds = len(WRITE_KINDS)
+        write_limit = limit if mode is False or not MIX_WRITES else WRITES_IN_FLIGHT
+        shared = Coalescer(send, limit=write_limit, single=single, kinds=kinds)
+        self._acquires, self._renews, self._releases, self._transfers = (
+            Lane(
+                shared if MIX_WRITES else Coalescer(send, limit=limit, single=single, kinds=kinds),
+                kind,
+            )
+            for kind in range(kinds)
+        )
 
-        def make(
-            operation: str,
-            write: bool,
-            single: str,
-            batch: Batch | None,
-            width: int,
-            shared: bool = False,
-        ) -> Coalescer:
-            if batch is None:
-                send = self._transaction_sender(operation, write, single)
+        def reads(operation: str, one: str, width: int) -> Lane:
+            if batches is None:
+                send = self._transaction_sender(False, (one,), operation)
             else:
-                send = self._statement_sender(operation, write, batch, width)
-            limit = _UNLIMITED if mode is False else IN_FLIGHT
-            return Coalescer(send, limit=limit, single=mode != "always", shared_keys=shared)
+                send = self._reads_sender(operation, batches.read.sql, width)
+            return Lane(Coalescer(send, limit=limit, single=single, shared_keys=True))
 
-        acquire, renew, release, transfer, read = (
-            (None,) * 5
-            if batches is None
-            else (batches.acquire, batches.renew, batches.release, batches.transfer, batches.read)
-        )
-        self._acquires = make(
-            "acquire_lease", True, sql.acquire.sql, acquire, len(sql.acquire.columns)
-        )
-        self._renews = make("renew_lease", True, sql.renew.sql, renew, len(sql.renew.columns))
-        self._releases = make(
-            "release_lease", True, sql.release.sql, release, len(sql.release.columns)
-        )
-        self._transfers = make(
-            "transfer_lease", True, sql.transfer.sql, transfer, len(sql.transfer.columns)
-        )
-        self._owner_reads = make(
-            "get_lease_owner", False, sql.get_owner.sql, read, len(sql.get_owner.columns), True
-        )
-        self._lease_reads = make(
-            "get_lease", False, sql.get_lease.sql, read, len(sql.get_lease.columns), True
-        )
-        self._holder_reads = make(
-            "acquire_lease", False, sql.holder.sql, read, len(sql.holder.columns), True
-        )
+        self._owner_reads = reads("get_lease_owner", sql.get_owner.sql, len(sql.get_owner.columns))
+        self._lease_reads = reads("get_lease", sql.get_lease.sql, len(sql.get_lease.columns))
+        self._holder_reads = reads("acquire_lease", sql.holder.sql, len(sql.holder.columns))
 
     @property
     def coalesce(self) -> Coalesce:
@@ -103,7 +107,8 @@ class CoalescedCalls(StatementRunner):
         return self._coalesce
 
     def coalescing_stats(self) -> dict[str, tuple[int, int]]:
-        """Diagnostics: per operation kind, (multi-row statements sent, calls they carried)."""
+        """Diagnostics: per operation kind, (multi-row statements that carried calls of the
+        kind, those calls). A write statement may carry several kinds: it counts for each."""
         kinds = {
             "acquire": self._acquires,
             "renew": self._renews,
@@ -117,7 +122,7 @@ class CoalescedCalls(StatementRunner):
 
     async def _one(
         self,
-        coalescer: Coalescer,
+        lane: Lane,
         operation: str,
         write: bool,
         sql: str,
@@ -125,27 +130,27 @@ class CoalescedCalls(StatementRunner):
         seconds: float | None = None,
     ) -> list[Any]:
         """One call's rows: its own statement now, or its share of the next batch."""
-        if coalescer.enter():
+        if lane.enter():
             try:
                 rows: list[Any] = await self._run(operation, write, sql, args, seconds)
                 return rows
             finally:
-                coalescer.leave()
-        return await self._queued(coalescer, operation, write, args, seconds)
+                lane.leave()
+        return await self._queued(lane, operation, write, args, seconds)
 
     async def _queued(
         self,
-        coalescer: Coalescer,
+        lane: Lane,
         operation: str,
         write: bool,
         args: tuple[object, ...],
         seconds: float | None = None,
     ) -> list[Any]:
-        """The slow path of a call that `Coalescer.enter` did not admit: its share of the
-        next batch (the contract methods inline the fast path, one frame less)."""
+        """The slow path of a call that `Lane.enter` did not admit: its share of the next
+        batch (the contract methods inline the fast path, one frame less)."""
         if self._closed:
             raise LeaseClosedError(operation)
-        return await coalescer.wait(
+        return await lane.wait(
             args[0],  # type: ignore[arg-type]  # every coalesced statement starts with the key
             args,
             self._timeout if seconds is None else seconds,
@@ -159,40 +164,48 @@ class CoalescedCalls(StatementRunner):
             ),
         )
 
-    def _statement_sender(self, operation: str, write: bool, batch: Batch, width: int) -> Send:
-        """Send a batch as one multi-row statement; split its rows by key.
+    def _writes_sender(self, batches: Batches, columns: tuple[tuple[str, ...], ...]) -> Send:
+        """Send the queued writes as one multi-row statement (`Batches.writes`); split its
+        rows by kind and key, each as the kind's one-row statement returns it (``columns``).
 
-        A write batch of several calls waits at most `LOCK_WAIT` for a row lock; when the
-        server gives up on one (a call's row is locked by a long transaction: nothing was
-        applied), each call runs again on its own. A call on its own (a batch of one, or one
-        running again) may wait for locks for the server's share of what is left of its
-        deadline, as a one-row statement does: the server then ends a statement stuck on a
-        lock before the call's deadline, so the caller learns that nothing was applied.
+        A batch of several calls waits at most `LOCK_WAIT` for a row lock; when the server
+        gives up on one (a call's row is locked by a long transaction: nothing was applied),
+        each call runs again on its own. A call on its own (a batch of one, or one running
+        again) may wait for locks for the server's share of what is left of its deadline, as
+        a one-row statement does: the server then ends a statement stuck on a lock before the
+        call's deadline, so the caller learns that nothing was applied. Observers see a
+        statement of several kinds as ``"BATCH"``; each caller's error names its own method.
         """
-        sql = batch.sql
-        lock_wait = batch.lock_wait
+        pick = [itemgetter(*(2 + WRITE_COLUMNS.index(name) for name in names)) for names in columns]
 
         async def statement(waiters: list[Waiter], wait: int, seconds: float) -> list[list[Row]]:
-            ordered = sorted(waiters, key=_key)  # same lock order in every statement
-            args: tuple[object, ...] = tuple(
-                list(column) for column in zip(*(w.args for w in ordered), strict=True)
-            )
-            if lock_wait:
-                args += (wait,)
+            by_kind: list[list[Waiter]] = [[] for _ in WRITE_KINDS]
+            for waiter in sorted(waiters, key=_key):  # same lock order in every statement
+                by_kind[waiter.kind].append(waiter)
+            kinds = tuple(kind for kind, calls in enumerate(by_kind) if calls)
+            batch = batches.writes(kinds)
+            args: list[object] = []
+            for kind in kinds:
+                columns_of = zip(*(w.args for w in by_kind[kind]), strict=True)
+                args.extend(list(column) for column in columns_of)
+            args.append(wait)
+            sql = batch.sql
+            operation = WRITE_OPERATIONS[kinds[0]] if len(kinds) == 1 else "BATCH"
 
             def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
                 _mark_sent(waiters)
                 return fetch(sql, *args)
 
-            rows = await self._run(operation, write, sql, args, seconds, via=going_out)
-            by_key: dict[bytes, list[Row]] = {}
+            rows = await self._run(operation, True, sql, tuple(args), seconds, via=going_out)
+            found: dict[tuple[int, bytes], list[Row]] = {}
             for row in rows:
-                by_key.setdefault(row[0], []).append(row[1 : 1 + width])
-            return [by_key.get(w.key, []) for w in waiters]
+                found.setdefault((row[0], row[1]), []).append(pick[row[0]](row))
+            return [found.get((w.kind, w.key), []) for w in waiters]
 
         async def alone(waiter: Waiter) -> list[Row]:
             left = waiter.deadline - monotonic()
             if left <= 0:
+                operation = WRITE_OPERATIONS[waiter.kind]
                 raise LeaseTimeoutError(
                     f"{operation}: no answer within the timeout", operation=operation
                 )
@@ -200,27 +213,51 @@ class CoalescedCalls(StatementRunner):
             return rows[0]
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
-            if len(batch) == 1 and lock_wait:
+            if len(batch) == 1:
                 return [await alone(batch[0])]
             try:
                 return list(await statement(batch, LOCK_WAIT, seconds))
             except LeaseTimeoutError as exc:
-                if exc.outcome_unknown or not lock_wait:
-                    raise
-            return await asyncio.gather(*(alone(w) for w in batch), return_exceptions=True)
+                if not exc.outcome_unknown:
+                    return await asyncio.gather(*(alone(w) for w in batch), return_exceptions=True)
+                error: LeaseError = exc
+            except LeaseError as exc:
+                error = exc
+            return [_for_call(error, WRITE_OPERATIONS[w.kind]) for w in batch]
 
         return send
 
-    def _transaction_sender(self, operation: str, write: bool, sql: str) -> Send:
-        """Send a batch as its one-row statements in one transaction on one connection (one
-        commit for all; SQLite's writers queue for the file anyway)."""
+    def _reads_sender(self, operation: str, sql: str, width: int) -> Send:
+        """Send queued reads as one statement over their keys; split its rows by key."""
+
+        async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
+            keys = [w.key for w in batch]
+
+            def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
+                _mark_sent(batch)
+                return fetch(sql, keys)
+
+            rows = await self._run(operation, False, sql, (keys,), seconds, via=going_out)
+            found: dict[bytes, list[Row]] = {}
+            for row in rows:
+                found.setdefault(row[0], []).append(row[1 : 1 + width])
+            return [found.get(w.key, []) for w in batch]
+
+        return send
+
+    def _transaction_sender(
+        self, write: bool, singles: tuple[str, ...], operation: str | None = None
+    ) -> Send:
+        """Send a batch as its calls' one-row statements (``singles[kind]``) in one
+        transaction on one connection (one commit for all; SQLite's writers queue for the
+        file anyway)."""
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
         async def script(fetch: Fetch, batch: list[Waiter]) -> list[list[Row]]:
             _mark_sent(batch)
             await fetch(begin)
             try:
-                out = [await fetch(sql, *w.args) for w in batch]
+                out = [await fetch(singles[w.kind], *w.args) for w in batch]
             except Exception:
                 await fetch("ROLLBACK")
                 raise
@@ -228,9 +265,16 @@ class CoalescedCalls(StatementRunner):
             return out
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
-            result: list[list[Row] | BaseException] = await self._run(
-                operation, write, sql, (), seconds, via=lambda fetch: script(fetch, batch)
-            )
+            kinds = {w.kind for w in batch}
+            name = operation or (WRITE_OPERATIONS[batch[0].kind] if len(kinds) == 1 else "BATCH")
+            try:
+                result: list[list[Row] | BaseException] = await self._run(
+                    name, write, "", (), seconds, via=lambda fetch: script(fetch, batch)
+                )
+            except LeaseError as exc:
+                if operation is not None or len(kinds) == 1:
+                    raise
+                return [_for_call(exc, WRITE_OPERATIONS[w.kind]) for w in batch]
             return result
 
         return send
@@ -245,3 +289,16 @@ def _mark_sent(batch: list[Waiter]) -> None:
     its call applied (``outcome_unknown``); before, it certainly was not."""
     for waiter in batch:
         waiter.sent = True
+
+
+def _for_call(error: LeaseError, operation: str) -> LeaseError:
+    """``error`` of a batch as the error of one of its calls, ``operation``: the same type,
+    outcome and cause, its message naming the caller's method."""
+    if not isinstance(error, LeaseDatabaseError) or error.operation == operation:
+        return error
+    message = str(error)
+    if error.operation and message.startswith(error.operation):
+        message = operation + message[len(error.operation) :]
+    copy = type(error)(message, operation=operation, outcome_unknown=error.outcome_unknown)
+    copy.__cause__ = error.__cause__
+    return copy

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from ._contract import Lease
 from .capabilities import Holder, Released, Renewal
 
 __all__ = [
+    "WRITE_COLUMNS",
+    "WRITE_KINDS",
     "AcquireRow",
     "Batch",
     "Batches",
@@ -138,15 +140,23 @@ class Batch:
     lock_wait: bool = False
 
 
+#: The write kinds a write batch carries, in the order of their parameters.
+WRITE_KINDS: Final = ("acquire", "renew", "release", "transfer")
+#: The columns of a write batch's rows after the kind and the key (NULL where a kind has none).
+WRITE_COLUMNS: Final = ("acquired", "fence", "expires_at", "holder", "notified")
+
+
 @dataclass(frozen=True, slots=True)
 class Batches:
-    """The multi-row statements of a backend that has them (PostgreSQL): ``read`` serves
-    get_owner, holder and get_lease (its columns start with theirs, in their order)."""
+    """The multi-row statements of a backend that has them (PostgreSQL).
 
-    acquire: Batch
-    renew: Batch
-    release: Batch
-    transfer: Batch
+    ``writes(kinds)``: one statement for the calls of ``kinds`` (a sorted tuple of
+    `WRITE_KINDS` indexes), each kind's arrays in order, then the lock wait; each row is the
+    call's kind, key and `WRITE_COLUMNS`. ``read`` serves get_owner, holder and get_lease (its
+    columns start with theirs, in their order).
+    """
+
+    writes: Callable[[tuple[int, ...]], Batch]
     read: Batch
 
 

@@ -17,6 +17,9 @@ from sql_lease import (
     SqlLeaseProvider,
 )
 from sql_lease._urls import normalize_url
+from tests._observers import Recorder
+
+WRITES = ("acquire", "renew", "release", "transfer")
 
 
 def tag() -> str:
@@ -61,6 +64,44 @@ async def test_concurrent_callers_share_statements_and_get_their_own_answers(
         batches, calls = totals(provider, "acquire")
         assert batches >= 1 and calls > batches, (batches, calls)
         assert totals(provider, "renew")[1] > 0
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+async def test_writes_of_every_kind_share_one_statement(
+    backend: str, database_url: str, sqlite_url: str
+) -> None:
+    """Acquires, renewals, transfers and releases waiting at once go out together (observers
+    see a "BATCH"), each caller answered as its own one-row statement would answer it."""
+    recorder = Recorder()
+    t = tag()
+    held = [f"mix:{t}:{i}" for i in range(12)]
+    fresh = [f"new:{t}:{i}" for i in range(4)]
+    async with SqlLeaseProvider.from_url(
+        database_url if backend == "postgresql" else sqlite_url,
+        timeout=10,
+        coalesce="always",
+        observer=recorder,
+    ) as provider:
+        before = await asyncio.gather(*(provider.acquire_lease(k, "me", 60_000) for k in held))
+        recorder.statements.clear()
+        got = await asyncio.gather(
+            *(provider.acquire_lease(k, "new", 60_000) for k in fresh),
+            provider.acquire_lease(held[0], "rival", 60_000),
+            *(provider.renew_lease(k, "me", 60_000) for k in held[1:4]),
+            provider.renew_lease(held[4], "rival", 60_000),
+            *(provider.transfer_lease(k, "me", "you", 60_000) for k in held[5:8]),
+            *(provider.release_lease(k, "me") for k in held[8:12]),
+        )
+        acquired, lost, renewed, not_renewed = got[:4], got[4], got[5:8], got[8]
+        transferred, released = got[9:12], got[12:]
+        assert all(a.acquired and a.owner == "new" for a in acquired)
+        assert not lost.acquired and lost.owner == "me" and lost.fence == before[0].fence
+        assert renewed == [True] * 3 and not_renewed is False
+        assert transferred == [True] * 3 and released == [None] * 4
+        owners = await asyncio.gather(*(provider.get_lease_owner(k) for k in held + fresh))
+        assert owners == ["me"] * 5 + ["you"] * 3 + [None] * 4 + ["new"] * 4
+        assert "BATCH" in recorder.operations()
+        assert all(totals(provider, kind)[1] > 0 for kind in WRITES)
 
 
 async def test_a_batch_carries_one_write_per_key(database_url: str) -> None:

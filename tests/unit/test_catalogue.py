@@ -11,7 +11,14 @@ import pytest
 from sql_lease import Lease
 from sql_lease.backends import backend_named
 from sql_lease.capabilities import Holder, Released, Renewal
-from sql_lease.catalogue import AcquireRow, Catalogue, LeaseRow, Statement
+from sql_lease.catalogue import (
+    WRITE_COLUMNS,
+    WRITE_KINDS,
+    AcquireRow,
+    Catalogue,
+    LeaseRow,
+    Statement,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 0, 0, 15, tzinfo=UTC)
@@ -82,3 +89,28 @@ def test_renew_many_binds_its_pairs_in_the_statements_order() -> None:
     assert len(lite.renew_many(2).params) == len(lite.renew_many_args(pairs, 500))
     assert pg.renew_many(1) is pg.renew_many(50_000)  # one text for every batch size
     assert lite.max_batch * 2 + 1 < 32_766  # SQLite's limit of bound values
+
+
+def test_every_write_batch_binds_its_parameters_and_answers_each_kinds_columns() -> None:
+    """One statement per sorted set of write kinds: its placeholders are its parameters, and
+    each kind's one-row columns are among the batch's (the provider picks them by name)."""
+    pg = _catalogues()[0]
+    assert pg.batches is not None
+    one_row = (pg.acquire, pg.renew, pg.release, pg.transfer)
+    subsets = [
+        tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
+        for mask in range(1, 1 << len(WRITE_KINDS))
+    ]
+    for kinds in subsets:
+        batch = pg.batches.writes(kinds)
+        assert batch.lock_wait and batch.params[-1] == "lock_wait_ms"
+        assert _placeholders(batch.sql) == set(range(1, len(batch.params) + 1)), kinds
+        assert len(set(batch.params)) == len(batch.params), kinds
+        assert batch.columns == ("kind", "key", *WRITE_COLUMNS)
+        for kind in kinds:
+            assert set(one_row[kind].columns) <= set(WRITE_COLUMNS), kind
+            assert f"{WRITE_KINDS[kind]}_keys" in batch.params
+        assert pg.batches.writes(kinds) is batch  # built once
+    for bad in [(), (1, 0), (0, 0), (4,)]:
+        with pytest.raises(ValueError, match="not a sorted subset"):
+            pg.batches.writes(bad)

@@ -139,3 +139,19 @@ async def test_always_mode_sends_even_a_lone_call_as_a_batch() -> None:
     assert not c.enter()
     assert await c.wait(b"a", (b"a",), 5.0, Deadlines(), timeout_error) == [(b"a",)]
     assert send.batches == [[b"a"]]
+
+
+def test_a_batch_error_reaches_each_caller_under_its_own_method() -> None:
+    from sql_lease._coalesced import _for_call
+    from sql_lease.errors import LeaseConnectionError, LeaseTimeoutError
+
+    cause = OSError("reset")
+    error = LeaseConnectionError("BATCH: lost connection (reset)", operation="BATCH")
+    error.__cause__ = cause
+    error.outcome_unknown = True
+    mine = _for_call(error, "renew_lease")
+    assert type(mine) is LeaseConnectionError and mine.operation == "renew_lease"
+    assert str(mine) == "renew_lease: lost connection (reset)"
+    assert mine.outcome_unknown and mine.__cause__ is cause
+    same = LeaseTimeoutError("renew_lease: no answer", operation="renew_lease")
+    assert _for_call(same, "renew_lease") is same
