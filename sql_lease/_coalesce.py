@@ -74,13 +74,19 @@ class Coalescer:
     """The in-flight count and the queue of one provider's calls of ``kinds`` operation kinds
     that may share a statement (the writes share one: at most one write per key in it).
 
-    ``limit``: statements in flight at once (one-row or batches). ``single``: False makes
+    ``limit``: statements in flight at once (one-row or batches), ``batch_limit`` (at most
+    ``limit``; the default) of them multi-row: with ``limit=2, batch_limit=1`` two lone callers
+    never wait for each other, while under load the queue goes out as one batch at a time (the
+    fewer statements in flight, the more calls each carries). ``single``: False makes
     every call go through the queue (every statement a batch; for tests). ``shared_keys``:
     reads, whose calls on one key may share a statement. Calls come in by `Lane`, one per
     kind; the sender sees each waiter's kind.
     """
 
     __slots__ = (
+        "_batch_limit",
+        "_batching",
+        "_holding",
         "_in_flight",
         "_limit",
         "_progress",
@@ -101,14 +107,19 @@ class Coalescer:
         send: Send,
         *,
         limit: int = 1,
+        batch_limit: int | None = None,
         single: bool = True,
         shared_keys: bool = False,
         kinds: int = 1,
     ) -> None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
+        batch_limit = limit if batch_limit is None else batch_limit
+        if not 1 <= batch_limit <= limit:
+            raise ValueError("limit and batch_limit must be at least 1, batch_limit <= limit")
         self._send = send
         self._limit = limit
+        self._batch_limit = batch_limit
+        self._batching = 0  # multi-row statements in flight (`_in_flight` counts them too)
+        self._holding = False  # the callers of a batch just answered are making their next calls
         self._single = single
         self._shared_keys = shared_keys
         self._in_flight = 0
@@ -125,7 +136,7 @@ class Coalescer:
 
     def enter(self) -> bool:
         """True: run the one-row statement now, then call `leave`. False: call `wait`."""
-        if self._in_flight < self._limit and not self._queue and self._single:
+        if self._in_flight < self._limit and not self._queue and self._single and not self._holding:
             self._in_flight += 1
             return True
         return False
@@ -151,7 +162,9 @@ class Coalescer:
         future: asyncio.Future[list[Row]] = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, args, monotonic() + seconds, future, kind)
         self._queue.append(waiter)
-        if self._in_flight < self._limit:
+        if self._holding:
+            pass  # `_hold_released` sends the queue
+        elif self._in_flight < self._limit and self._batching < self._batch_limit:
             self._flush()
         elif self._stall_timer is None:
             self._watch_stall()
@@ -176,14 +189,16 @@ class Coalescer:
         if not self._queue:
             return
         if self._progress == seen and self._in_flight < self._limit + MAX_STALLED:
-            self._flush(self._in_flight + 1)
+            self._flush(stalled=True)
         if self._queue:
             self._watch_stall()
 
-    def _flush(self, limit: int | None = None) -> None:
-        """Send the queued calls, as many batches as the in-flight limit allows."""
-        limit = self._limit if limit is None else limit
-        while self._queue and self._in_flight < limit:
+    def _flush(self, stalled: bool = False) -> None:
+        """Send the queued calls, as many batches as the in-flight limits allow (``stalled``:
+        one batch more, beside a statement that does not end)."""
+        while self._queue and (
+            stalled or (self._in_flight < self._limit and self._batching < self._batch_limit)
+        ):
             batch: list[Waiter] = []
             rest: list[Waiter] = []
             keys: set[bytes] = set()
@@ -200,9 +215,11 @@ class Coalescer:
             if not batch:
                 return
             self._in_flight += 1
+            self._batching += 1
             task = asyncio.get_running_loop().create_task(self._run(batch))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            stalled = False
 
     async def _run(self, batch: list[Waiter]) -> None:
         try:
@@ -235,9 +252,21 @@ class Coalescer:
                     waiter.future.set_exception(exc)
         finally:
             self._in_flight -= 1
+            self._batching -= 1
             self._progress += 1
-            if self._queue:
+            if len(batch) > 1 and not self._holding:
+                # Its callers resume on the loop's next turns and most make their next call at
+                # once: let those calls queue for one batch rather than the first of them take
+                # the fast path alone and the rest wait for it.
+                self._holding = True
+                asyncio.get_running_loop().call_soon(self._hold_released)
+            elif self._queue and not self._holding:
                 self._flush()
+
+    def _hold_released(self) -> None:
+        self._holding = False
+        if self._queue:
+            self._flush()
 
 
 class Lane:

@@ -37,7 +37,8 @@ COALESCE_MODES: Final = (True, False, "always")
 IN_FLIGHT: Final = 1
 #: Milliseconds a write batch of several calls waits for a row lock before its calls run alone.
 LOCK_WAIT: Final = 100
-#: Write statements in flight at once (the write kinds share them) before writes queue.
+#: Write statements in flight at once (the write kinds share them) before writes queue; of
+#: them, IN_FLIGHT batches.
 WRITES_IN_FLIGHT = 2
 #: True: the write kinds share one coalescer (one statement for all waiting writes); False
 #: (for benchmarks that measure what sharing gains): each kind has its own statements.
@@ -81,7 +82,13 @@ class CoalescedCalls(StatementRunner):
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
         kinds = len(WRITE_KINDS)
         write_limit = limit if mode is False or not MIX_WRITES else WRITES_IN_FLIGHT
-        shared = Coalescer(send, limit=write_limit, single=single, kinds=kinds)
+        shared = Coalescer(
+            send,
+            limit=write_limit,
+            batch_limit=min(write_limit, IN_FLIGHT),
+            single=single,
+            kinds=kinds,
+        )
         self._acquires, self._renews, self._releases, self._transfers = (
             Lane(
                 shared if MIX_WRITES else Coalescer(send, limit=limit, single=single, kinds=kinds),

@@ -155,3 +155,40 @@ def test_a_batch_error_reaches_each_caller_under_its_own_method() -> None:
     assert mine.outcome_unknown and mine.__cause__ is cause
     same = LeaseTimeoutError("renew_lease: no answer", operation="renew_lease")
     assert _for_call(same, "renew_lease") is same
+
+
+async def test_callers_of_a_batch_making_their_next_calls_go_out_together() -> None:
+    """Two lone callers run side by side (limit 2); under load one batch is in flight at a
+    time (batch_limit 1), and the callers a batch answers, calling again at once, form the
+    next batch rather than the first of them going out alone ahead of the rest."""
+    send = Recorder()
+    c = Coalescer(send, limit=2, batch_limit=1)
+    deadlines = Deadlines()
+    assert c.enter() and c.enter()  # two lone callers: neither waits for the other
+    assert not c.enter()
+    c.leave()
+    c.leave()
+
+    async def caller(n: int) -> None:
+        for step in range(3):
+            key = f"{n}:{step}".encode()
+            if c.enter():
+                c.leave()
+                continue
+            assert await c.wait(key, (key,), 5.0, deadlines, timeout_error) == [(key,)]
+
+    send.gate.clear()
+    assert c.enter() and c.enter()  # two statements in flight: the callers below queue
+    callers = [asyncio.ensure_future(caller(n)) for n in range(8)]
+    await asyncio.sleep(0)
+    c.leave()
+    c.leave()
+    await asyncio.sleep(0)
+    send.gate.set()
+    await asyncio.gather(*callers)
+    assert [len(b) for b in send.batches] == [8, 8, 8]
+
+
+def test_the_batch_limit_is_within_the_limit() -> None:
+    with pytest.raises(ValueError, match="batch_limit"):
+        Coalescer(Recorder(), limit=1, batch_limit=2)
