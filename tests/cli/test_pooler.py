@@ -24,10 +24,8 @@ pytestmark = [pytest.mark.infra, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def bouncer() -> Iterator[PgBouncer]:
     """Transaction pooling with 2 server connections, the pooler's defaults otherwise."""
-    b = PgBouncer(pool_mode="transaction", pool_size=2)
-    b.start()
-    yield b
-    b.stop()
+    with PgBouncer(pool_mode="transaction", pool_size=2) as b:
+        yield b
 
 
 def via(bouncer: PgBouncer, database_url: str) -> str:

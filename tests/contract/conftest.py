@@ -45,10 +45,8 @@ def provider(
 def pgbouncer_tx(pg_server: object) -> Iterator[PgBouncer]:
     """One PgBouncer per session in transaction mode, with fewer server connections (4) than a
     provider's pool, its defaults otherwise (no ``ignore_startup_parameters``)."""
-    bouncer = PgBouncer(pool_mode="transaction", pool_size=4)
-    bouncer.start()
-    yield bouncer
-    bouncer.stop()
+    with PgBouncer(pool_mode="transaction", pool_size=4) as bouncer:
+        yield bouncer
 
 
 @pytest.fixture

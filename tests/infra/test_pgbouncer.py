@@ -58,20 +58,16 @@ def truncate(database_url: str) -> None:
 @pytest.fixture(scope="module")
 def tx_bouncer() -> Iterator[PgBouncer]:
     """Transaction pooling, 4 server connections, the pooler's defaults otherwise."""
-    b = PgBouncer(pool_mode="transaction", pool_size=4)
-    b.start()
-    yield b
-    b.stop()
+    with PgBouncer(pool_mode="transaction", pool_size=4) as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
 def session_bouncer() -> Iterator[PgBouncer]:
     """Session pooling: a client keeps its server connection, so the pooler needs room for the
     provider's whole pool (10 + 10 overflow) and its LISTEN connection."""
-    b = PgBouncer(pool_mode="session", pool_size=25)
-    b.start()
-    yield b
-    b.stop()
+    with PgBouncer(pool_mode="session", pool_size=25) as b:
+        yield b
 
 
 @pytest.fixture

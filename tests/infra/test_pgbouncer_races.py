@@ -26,10 +26,8 @@ pytestmark = [pytest.mark.infra, pytest.mark.timeout(180)]
 
 @pytest.fixture(scope="module")
 def bouncer() -> Iterator[PgBouncer]:
-    b = PgBouncer(pool_mode="transaction", pool_size=6)
-    b.start()
-    yield b
-    b.stop()
+    with PgBouncer(pool_mode="transaction", pool_size=6) as b:
+        yield b
 
 
 def test_processes_and_tasks_racing_through_pgbouncer_never_see_two_live_owners(

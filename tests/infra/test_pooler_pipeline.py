@@ -38,10 +38,8 @@ AWKWARD = [b"\x00", b"a\x00b", b"\\x00", b"'", b'"', b"\xff\xfe", b"", b"{x,y}",
 @pytest.fixture(scope="module")
 def one_server() -> Iterator[PgBouncer]:
     """Transaction pooling over a single server connection: every client shares it."""
-    b = PgBouncer(pool_mode="transaction", pool_size=1)
-    b.start()
-    yield b
-    b.stop()
+    with PgBouncer(pool_mode="transaction", pool_size=1) as b:
+        yield b
 
 
 @pytest.fixture
