@@ -161,6 +161,42 @@ def test_a_row_locked_past_the_timeout_is_a_timeout_error_that_changed_nothing(
         assert p.get_lease("locked").owner == "a"
 
 
+@pytest.mark.parametrize("pool", ["owned", "engine"])
+def test_a_connection_whose_statement_failed_serves_the_next_call(
+    database_url: str, pool: str
+) -> None:
+    """One connection only: a statement the server ended (a lock timeout) leaves it, and its
+    kept cursor, usable by the next calls (the failure does not stick to the connection)."""
+    u = make_url(database_url)
+    key = f"stuck-{pool}"
+    engine = None
+    if pool == "owned":
+        provider = SqlLeaseProvider.from_url(database_url, timeout=1, pool_size=1)
+    else:
+        url = u.set(drivername="postgresql+psycopg", query={"options": "-c lock_timeout=500"})
+        engine = create_engine(url, pool_size=1, max_overflow=0)
+        provider = SqlLeaseProvider(engine, timeout=1)
+    try:
+        assert provider.acquire_lease(key, "a", LONG).acquired
+        with psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database) as c:
+            c.execute("SELECT 1 FROM leases WHERE key = %s FOR UPDATE", (key.encode(),))
+            with pytest.raises(LeaseTimeoutError) as info:
+                provider.renew_lease(key, "a", 5_000)
+            assert info.value.outcome_unknown is False
+            c.rollback()
+        for _ in range(3):
+            assert provider.renew_lease(key, "a", LONG)
+            assert provider.get_lease_owner(key) == "a"
+        with pytest.raises(LeaseSchemaError):
+            SqlLeaseProvider.from_url(database_url, table_name="nowhere").get_lease_owner("k")
+        assert provider.transfer_lease(key, "a", "b", LONG)
+        assert provider.get_lease(key).owner == "b"
+    finally:
+        provider.close()
+        if engine is not None:
+            engine.dispose()
+
+
 def test_a_stuck_sqlite_writer_times_out(sqlite_url: str) -> None:
     import sqlite3
 
