@@ -45,6 +45,9 @@ WRITES_IN_FLIGHT = 2
 MIX_WRITES = True
 #: The provider method of each write kind (`catalogue.WRITE_KINDS`).
 WRITE_OPERATIONS: Final = ("acquire_lease", "renew_lease", "release_lease", "transfer_lease")
+#: The provider method of each read kind: get_owner, get_lease, the holder read of a contended
+#: acquire.
+READ_OPERATIONS: Final = ("get_lease_owner", "get_lease", "acquire_lease")
 _UNLIMITED: Final = 1 << 30
 
 
@@ -77,7 +80,7 @@ class CoalescedCalls(StatementRunner):
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:
-            send = self._transaction_sender(True, tuple(s.sql for s in writes))
+            send = self._transaction_sender(True, tuple(s.sql for s in writes), WRITE_OPERATIONS)
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
         kinds = len(WRITE_KINDS)
@@ -97,16 +100,17 @@ class CoalescedCalls(StatementRunner):
             for kind in range(kinds)
         )
 
-        def reads(operation: str, one: str, width: int) -> Lane:
-            if batches is None:
-                send = self._transaction_sender(False, (one,), operation)
-            else:
-                send = self._reads_sender(operation, batches.read.sql, width)
-            return Lane(Coalescer(send, limit=limit, single=single, shared_keys=True))
-
-        self._owner_reads = reads("get_lease_owner", sql.get_owner.sql, len(sql.get_owner.columns))
-        self._lease_reads = reads("get_lease", sql.get_lease.sql, len(sql.get_lease.columns))
-        self._holder_reads = reads("acquire_lease", sql.holder.sql, len(sql.holder.columns))
+        # The reads share one coalescer too: each one-row read's columns start the read
+        # batch's (after the key), so one statement over the keys answers all three kinds.
+        reads = (sql.get_owner, sql.get_lease, sql.holder)
+        if batches is None:
+            send = self._transaction_sender(False, tuple(r.sql for r in reads), READ_OPERATIONS)
+        else:
+            send = self._reads_sender(batches.read.sql, tuple(len(r.columns) for r in reads))
+        coalescer = Coalescer(send, limit=limit, single=single, shared_keys=True, kinds=len(reads))
+        self._owner_reads, self._lease_reads, self._holder_reads = (
+            Lane(coalescer, kind) for kind in range(len(reads))
+        )
 
     @property
     def coalesce(self) -> Coalesce:
@@ -234,30 +238,38 @@ class CoalescedCalls(StatementRunner):
 
         return send
 
-    def _reads_sender(self, operation: str, sql: str, width: int) -> Send:
-        """Send queued reads as one statement over their keys; split its rows by key."""
+    def _reads_sender(self, sql: str, widths: tuple[int, ...]) -> Send:
+        """Send queued reads (of `READ_OPERATIONS`) as one statement over their keys; split
+        its rows by key, each cut to its kind's ``widths`` columns after the key."""
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
             keys = [w.key for w in batch]
+            kinds = {w.kind for w in batch}
+            operation = READ_OPERATIONS[batch[0].kind] if len(kinds) == 1 else "BATCH"
 
             def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
                 _mark_sent(batch)
                 return fetch(sql, keys)
 
-            rows = await self._run(operation, False, sql, (keys,), seconds, via=going_out)
+            try:
+                rows = await self._run(operation, False, sql, (keys,), seconds, via=going_out)
+            except LeaseError as exc:
+                if len(kinds) == 1:
+                    raise
+                return [_for_call(exc, READ_OPERATIONS[w.kind]) for w in batch]
             found: dict[bytes, list[Row]] = {}
             for row in rows:
-                found.setdefault(row[0], []).append(row[1 : 1 + width])
-            return [found.get(w.key, []) for w in batch]
+                found.setdefault(row[0], []).append(row)
+            return [[r[1 : 1 + widths[w.kind]] for r in found.get(w.key, ())] for w in batch]
 
         return send
 
     def _transaction_sender(
-        self, write: bool, singles: tuple[str, ...], operation: str | None = None
+        self, write: bool, singles: tuple[str, ...], operations: tuple[str, ...]
     ) -> Send:
-        """Send a batch as its calls' one-row statements (``singles[kind]``) in one
-        transaction on one connection (one commit for all; SQLite's writers queue for the
-        file anyway)."""
+        """Send a batch as its calls' one-row statements (``singles[kind]``, serving
+        ``operations[kind]``) in one transaction on one connection (one commit for all;
+        SQLite's writers queue for the file anyway)."""
         begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
         async def script(fetch: Fetch, batch: list[Waiter]) -> list[list[Row]]:
@@ -273,15 +285,15 @@ class CoalescedCalls(StatementRunner):
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
             kinds = {w.kind for w in batch}
-            name = operation or (WRITE_OPERATIONS[batch[0].kind] if len(kinds) == 1 else "BATCH")
+            name = operations[batch[0].kind] if len(kinds) == 1 else "BATCH"
             try:
                 result: list[list[Row] | BaseException] = await self._run(
                     name, write, "", (), seconds, via=lambda fetch: script(fetch, batch)
                 )
             except LeaseError as exc:
-                if operation is not None or len(kinds) == 1:
+                if len(kinds) == 1:
                     raise
-                return [_for_call(exc, WRITE_OPERATIONS[w.kind]) for w in batch]
+                return [_for_call(exc, operations[w.kind]) for w in batch]
             return result
 
         return send

@@ -287,7 +287,14 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         seconds = None  # the first statement gets the whole timeout, a second what is left
         if hints.contended(k):
             # Look before writing (see `_contention`): a live other holder is the answer.
-            rows = await self._one(self._holder_reads, "acquire_lease", False, sql.holder.sql, (k,))
+            reads = self._holder_reads
+            if reads.enter():  # the fast path of `_one`, inlined
+                try:
+                    rows = await self._run("acquire_lease", False, sql.holder.sql, (k,))
+                finally:
+                    reads.leave()
+            else:
+                rows = await self._queued(reads, "acquire_lease", False, (k,))
             if rows and rows[0][0] != o:
                 hints.held(k)
                 self.acquire_reads += 1
