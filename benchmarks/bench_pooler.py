@@ -17,7 +17,11 @@ them alike:
 - ``pgbouncer-tx``: ``pooler="transaction"`` through a PgBouncer started here (transaction
   mode, ``--pool-size`` server connections, its default settings): psycopg, one simple-protocol
   round trip per call on the connection's libpq handle (`psycopg_wire`), the server-side
-  timeouts set inside it;
+  timeouts set inside it, the hot statements as calls of the plpgsql functions of revision
+  0005 (plans kept per server session);
+- ``pgbouncer-tx-plain``: the same against a database at revision 0004, without the server
+  functions of revision 0005 (the provider falls back to the plain statements, each parsed and
+  planned by the server on every call): what ``pgbouncer-tx`` cost before 0005;
 - ``pgbouncer-tx-asyncpg``: the asyncpg pooler mode (``pooler="session"`` settings: unnamed
   statements, two round trips each, no server-side timeouts) through the same PgBouncer; what
   ``pooler="transaction"`` did before it ran on psycopg.
@@ -70,13 +74,13 @@ class Cpu:
     """CPU per operation of the client (this process), the server backends of the bench
     database, and the pooler (its pid file), read around each measurement."""
 
-    def __init__(self, admin: dict[str, Any], db: str, bouncer_pid: int | None) -> None:
-        self.admin, self.db, self.bouncer_pid = admin, db, bouncer_pid
+    def __init__(self, admin: dict[str, Any], dbs: list[str], bouncer_pid: int | None) -> None:
+        self.admin, self.dbs, self.bouncer_pid = admin, dbs, bouncer_pid
 
     def backends(self) -> list[int]:
         with psycopg.connect(**self.admin, autocommit=True) as conn:
             rows = conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.db,)
+                "SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s)", (self.dbs,)
             ).fetchall()
         return [int(pid) for (pid,) in rows]
 
@@ -161,8 +165,10 @@ def main() -> int:
         "user": server.username,
         "dbname": server.database,
     }
+    old = f"{db}_0004"  # without the server functions (revision 0005)
     with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
         conn.execute(f'CREATE DATABASE "{db}"')
+        conn.execute(f'CREATE DATABASE "{old}"')
     direct = server.set(database=db).render_as_string(hide_password=False)
     bouncer = PgBouncer(
         server_host=server.host or "127.0.0.1",
@@ -175,16 +181,18 @@ def main() -> int:
     failures: dict[str, list[str]] = {}
     try:
         migrate.upgrade(direct)
+        migrate.upgrade(server.set(database=old).render_as_string(hide_password=False), "0004")
         bouncer.start()
         pooled = bouncer.url(db)
         pid_file = bouncer.base / "pgbouncer.pid"
         bouncer_pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
-        cpu = Cpu(admin, db, bouncer_pid)
+        cpu = Cpu(admin, [db, old], bouncer_pid)
         variants: dict[str, tuple[str, dict[str, Any]]] = {
             "direct": (direct, {}),
             "direct-unnamed": (direct, {"connect_args": {"statement_cache_size": 0}}),
             "direct-psycopg": (direct, {"pooler": "transaction"}),
             "pgbouncer-tx": (pooled, {"pooler": "transaction"}),
+            "pgbouncer-tx-plain": (bouncer.url(old), {"pooler": "transaction"}),
             "pgbouncer-tx-asyncpg": (pooled, {"pooler": "session"}),
         }
         if args.variants:
@@ -214,6 +222,7 @@ def main() -> int:
         bouncer.stop()
         with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
     table: dict[str, dict[str, Any]] = {}
     print(
         f"\n{'cell':9s} {'variant':21s} {'ops/s (median)':>15s} {'x direct':>9s} {'range':>11s}"

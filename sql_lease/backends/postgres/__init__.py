@@ -6,6 +6,8 @@
   server-side timeouts set inside it);
 - `psycopg_wire`: that fetch's one simple-protocol query on the libpq handle (no cursor, no
   task per call);
+- `functions`: the calls of the server functions (migration 0005) that fetch sends instead of
+  the hot statements;
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);
@@ -28,7 +30,7 @@ from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
 from .. import Adaptor, Fetch, SyncExecutor
-from . import driver, errors, urls
+from . import driver, errors, functions, urls
 from .catalogue import build_catalogue
 from .listen import Listener
 
@@ -53,6 +55,7 @@ class PostgresBackend:
         return frozenset()  # the fence is a sequence, which autogenerate does not compare
 
     def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
+        functions.register(table_name, schema)  # the calls pooler mode sends instead
         return build_catalogue(table_name, schema)
 
     def classify(self, exc: BaseException) -> Failure:

@@ -18,6 +18,11 @@ with psycopg's own literals (libpq's escaping, bytea as hex literals: NUL-safe),
 `psycopg.AsyncClientCursor` would send; the query runs straight on the connection's libpq
 handle (`psycopg_wire`: no cursor, no task per call), and failures raise psycopg's exceptions.
 
+The hot statements go as calls of the table's plpgsql functions (migration 0005,
+`functions`), whose plans the server keeps per session; a database without them (before 0005)
+answers ``undefined_function`` before running anything, and the provider then sends the plain
+statements from that call on (logged once).
+
 A cancelled call returns at once; its statement is cancelled on the server (a cancel request
 through the pooler) and its results drained in a task of its own, which `settle` awaits
 (bounded) before the connection is dropped.
@@ -26,6 +31,7 @@ through the pooler) and its results drained in a task of its own, which `settle`
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Final, cast
 from urllib.parse import parse_qsl
 
@@ -38,12 +44,14 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ..._libpq import DSN_PREFIX
 from ...errors import LeaseValueError
 from .. import Adaptor, Fetch
+from . import functions
 from .errors import NotSentError
 from .psycopg_wire import Exchange, Template, template
 
 __all__ = ["DRIVER", "engine_url", "fetch_for", "settle", "watch_engine"]
 
 DRIVER: Final = "postgresql+psycopg"
+logger = logging.getLogger("sql_lease")
 _CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
 _PENDING: Final = "sql_lease.cancelled"  # fairy.info key: the task of a cancelled statement
 _CACHED: Final = 256  # statement texts converted and kept (the catalogue has a few dozen)
@@ -99,12 +107,30 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
     millis = max(1, round(timeout * 1000 * share))
     prefix = f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
     caches: dict[str, dict[str, Template]] = {}  # per client encoding: statement -> template
+    calls = [True]  # the server functions are there (until a call finds them missing)
+
+    def cached(cache: dict[str, Template], sql: str, encoding: str) -> Template:
+        if len(cache) >= _CACHED:
+            cache.clear()
+        call = functions.call_for(sql) if calls[0] else None
+        found = cache[sql] = template(call or sql, prefix, encoding)
+        return found
+
+    def without_functions(error: psycopg.Error) -> None:
+        if calls[0]:
+            calls[0] = False
+            caches.clear()
+            logger.warning(
+                "sql_lease: the server functions of pooler mode are missing (%s): sending plain"
+                " statements, each planned on every call; apply the migrations to this database"
+                " (revision 0005) and restart to use them",
+                error.diag.message_primary,
+            )
 
     def adapt(fairy: PoolProxiedConnection) -> Fetch:
         conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
         exchange = Exchange(conn)
         encoding = exchange.encoding
-        cache = caches.setdefault(encoding, {})
         info = fairy.info
 
         async def fetch(sql: str, *args: object) -> list[Any]:
@@ -115,14 +141,20 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
                     "a postgresql+psycopg engine must be in autocommit: "
                     'create_async_engine(url, isolation_level="AUTOCOMMIT")'
                 )
-            found = cache.get(sql)
-            if found is None:
-                if len(cache) >= _CACHED:
-                    cache.clear()
-                found = cache[sql] = template(sql, prefix, encoding)
-            query = exchange.query(found, args)
+            cache = caches.setdefault(encoding, {})
+            found = cache.get(sql) or cached(cache, sql, encoding)
             try:
-                return await exchange.run(query)
+                try:
+                    return await exchange.run(exchange.query(found, args))
+                except psycopg.errors.UndefinedFunction as exc:
+                    # Raised while resolving the call, before any statement ran (and the
+                    # implicit transaction is rolled back whatever ran): the plain statement
+                    # is safe to send instead.
+                    if functions.call_for(sql) is None:
+                        raise
+                    without_functions(exc)
+                    found = cached(caches.setdefault(encoding, {}), sql, encoding)
+                    return await exchange.run(exchange.query(found, args))
             except asyncio.CancelledError:
                 task = asyncio.ensure_future(exchange.abandon(_CANCEL_GRACE))
                 task.add_done_callback(_consume)
