@@ -1,0 +1,109 @@
+"""The package's shape, checked from its source (no database): no import cycles, drivers only
+behind the backend seam, small modules. Every import counts, those inside functions and under
+``TYPE_CHECKING`` too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sql_lease"
+DRIVERS = ("asyncpg", "aiosqlite", "sqlite3", "psycopg", "psycopg_pool")
+MAX_LINES = 420  # "about 400"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The absolute names of every module ``name`` imports (sql_lease's and others')."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {
+        name: {m for m in _imports(name, path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_a_package_imports_its_submodules_but_nothing_imports_in_a_circle() -> None:
+    graph = _graph()
+    # A package's __init__ may re-export its submodules; a submodule importing its package
+    # back (for shared names) is the seam's normal shape and not a cycle of concerns.
+    for name in list(graph):
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    assert _cycles(graph) == []
+
+
+def test_drivers_are_imported_only_by_backend_modules() -> None:
+    offenders = {
+        name: sorted(d for d in DRIVERS if any(i == d or i.startswith(d + ".") for i in found))
+        for name, path in _modules().items()
+        if not name.startswith("sql_lease.backends.")
+        for found in [_imports(name, path)]
+    }
+    assert {n: d for n, d in offenders.items() if d} == {}
+
+
+def test_no_module_is_much_over_400_lines() -> None:
+    sizes = {
+        name: len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in _modules().items()
+    }
+    assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
