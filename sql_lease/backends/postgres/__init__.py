@@ -86,7 +86,7 @@ class PostgresBackend:
             if not psycopg_fetch:
                 from . import psycopg_driver  # psycopg: imported only on a psycopg engine
 
-                psycopg_fetch.append(psycopg_driver.fetch_for(timeout, driver.SERVER_SHARE))
+                psycopg_fetch.append(psycopg_driver.fetch_for(timeout))
             return psycopg_fetch[0](fairy)
 
         return adapt

@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import await_only
 
-from ..._deadlines import SERVER_SHARE, server_millis
+from ..._deadlines import server_millis
 from .. import POOLED, Fetch
 
-__all__ = ["SERVER_SHARE", "engine_arguments", "fetch_of", "settle", "watch_server_timeouts"]
+__all__ = ["engine_arguments", "fetch_of", "settle", "watch_server_timeouts"]
 
 logger = logging.getLogger("sql_lease")
 

@@ -41,6 +41,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
+from ..._deadlines import server_millis
 from ..._libpq import DSN_PREFIX
 from ...errors import LeaseValueError
 from .. import Adaptor, Fetch
@@ -101,10 +102,11 @@ def watch_engine(engine: AsyncEngine, *, connect_timeout: float) -> None:
     event.listen(engine.sync_engine, "do_connect", do_connect)
 
 
-def fetch_for(timeout: float, share: float) -> Adaptor:
+def fetch_for(timeout: float) -> Adaptor:
     """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
-    server-side timeouts at ``share`` of ``timeout``, in one round trip (module docstring)."""
-    millis = max(1, round(timeout * 1000 * share))
+    server-side timeouts at `SERVER_SHARE` of ``timeout``, in one round trip (module
+    docstring)."""
+    millis = server_millis(timeout)
     prefix = f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
     caches: dict[str, dict[str, Template]] = {}  # per client encoding: statement -> template
     calls = [True]  # the server functions are there (until a call finds them missing)
@@ -119,7 +121,8 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
     def without_functions(error: psycopg.Error) -> None:
         if calls[0]:
             calls[0] = False
-            caches.clear()
+            for cache in caches.values():  # each connection's fetch keeps its cache
+                cache.clear()
             logger.warning(
                 "sql_lease: the server functions of pooler mode are missing (%s): sending plain"
                 " statements, each planned on every call; apply the migrations to this database"
@@ -131,6 +134,7 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
         conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
         exchange = Exchange(conn)
         encoding = exchange.encoding
+        cache = caches.setdefault(encoding, {})
         info = fairy.info
 
         async def fetch(sql: str, *args: object) -> list[Any]:
@@ -141,7 +145,6 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
                     "a postgresql+psycopg engine must be in autocommit: "
                     'create_async_engine(url, isolation_level="AUTOCOMMIT")'
                 )
-            cache = caches.setdefault(encoding, {})
             found = cache.get(sql) or cached(cache, sql, encoding)
             try:
                 try:
@@ -153,7 +156,7 @@ def fetch_for(timeout: float, share: float) -> Adaptor:
                     if functions.call_for(sql) is None:
                         raise
                     without_functions(exc)
-                    found = cached(caches.setdefault(encoding, {}), sql, encoding)
+                    found = cached(cache, sql, encoding)
                     return await exchange.run(exchange.query(found, args))
             except asyncio.CancelledError:
                 task = asyncio.ensure_future(exchange.abandon(_CANCEL_GRACE))

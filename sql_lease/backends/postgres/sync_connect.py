@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy.engine import URL, Engine
 
+from ..._deadlines import server_millis
 from ...errors import LeaseValueError
-from .driver import SERVER_SHARE
 from .sync import EnginePgSource, PgExecutor, open_pool
 
 __all__ = ["engine_executor", "libpq_kwargs", "url_executor"]
@@ -51,7 +51,7 @@ def url_executor(
 ) -> PgExecutor:
     """An executor owning a psycopg pool for ``url``: autocommit, server-side statement and
     lock timeouts at `SERVER_SHARE` of ``timeout``, no prepared statements."""
-    millis = max(1, round(timeout * 1000 * SERVER_SHARE))
+    millis = server_millis(timeout)
     options = f"-c statement_timeout={millis} -c lock_timeout={millis} -c TimeZone=UTC"
     if not synchronous_commit:
         options += " -c synchronous_commit=off"
