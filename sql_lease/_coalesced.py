@@ -9,7 +9,7 @@ batch.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from operator import itemgetter
 from time import monotonic
 from typing import Any, Final, Literal
@@ -39,10 +39,7 @@ IN_FLIGHT: Final = 1
 LOCK_WAIT: Final = 100
 #: Write statements in flight at once (the write kinds share them) before writes queue; of
 #: them, IN_FLIGHT batches.
-WRITES_IN_FLIGHT = 2
-#: True: the write kinds share one coalescer (one statement for all waiting writes); False
-#: (for benchmarks that measure what sharing gains): each kind has its own statements.
-MIX_WRITES = True
+WRITES_IN_FLIGHT: Final = 2
 #: The provider method of each write kind (`catalogue.WRITE_KINDS`).
 WRITE_OPERATIONS: Final = ("acquire_lease", "renew_lease", "release_lease", "transfer_lease")
 #: The provider method of each read kind: get_owner, get_lease, the holder read of a contended
@@ -83,21 +80,16 @@ class CoalescedCalls(StatementRunner):
             send = self._transaction_sender(True, tuple(s.sql for s in writes), WRITE_OPERATIONS)
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
-        kinds = len(WRITE_KINDS)
-        write_limit = limit if mode is False or not MIX_WRITES else WRITES_IN_FLIGHT
+        write_limit = limit if mode is False else WRITES_IN_FLIGHT
         shared = Coalescer(
             send,
             limit=write_limit,
             batch_limit=min(write_limit, IN_FLIGHT),
             single=single,
-            kinds=kinds,
+            kinds=len(writes),
         )
         self._acquires, self._renews, self._releases, self._transfers = (
-            Lane(
-                shared if MIX_WRITES else Coalescer(send, limit=limit, single=single, kinds=kinds),
-                kind,
-            )
-            for kind in range(kinds)
+            Lane(shared, kind) for kind in range(len(writes))
         )
 
         # The reads share one coalescer too: each one-row read's columns start the read
@@ -201,7 +193,7 @@ class CoalescedCalls(StatementRunner):
                 args.extend(list(column) for column in columns_of)
             args.append(wait)
             sql = batch.sql
-            operation = WRITE_OPERATIONS[kinds[0]] if len(kinds) == 1 else "BATCH"
+            operation = _named(kinds, WRITE_OPERATIONS)
 
             def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
                 _mark_sent(waiters)
@@ -234,7 +226,7 @@ class CoalescedCalls(StatementRunner):
                 error: LeaseError = exc
             except LeaseError as exc:
                 error = exc
-            return [_for_call(error, WRITE_OPERATIONS[w.kind]) for w in batch]
+            return _for_each(error, batch, WRITE_OPERATIONS)
 
         return send
 
@@ -244,8 +236,7 @@ class CoalescedCalls(StatementRunner):
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
             keys = [w.key for w in batch]
-            kinds = {w.kind for w in batch}
-            operation = READ_OPERATIONS[batch[0].kind] if len(kinds) == 1 else "BATCH"
+            operation = _named({w.kind for w in batch}, READ_OPERATIONS)
 
             def going_out(fetch: Fetch) -> Awaitable[list[Row]]:
                 _mark_sent(batch)
@@ -254,9 +245,7 @@ class CoalescedCalls(StatementRunner):
             try:
                 rows = await self._run(operation, False, sql, (keys,), seconds, via=going_out)
             except LeaseError as exc:
-                if len(kinds) == 1:
-                    raise
-                return [_for_call(exc, READ_OPERATIONS[w.kind]) for w in batch]
+                return _for_each(exc, batch, READ_OPERATIONS)
             found: dict[bytes, list[Row]] = {}
             for row in rows:
                 found.setdefault(row[0], []).append(row)
@@ -284,16 +273,13 @@ class CoalescedCalls(StatementRunner):
             return out
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
-            kinds = {w.kind for w in batch}
-            name = operations[batch[0].kind] if len(kinds) == 1 else "BATCH"
+            name = _named({w.kind for w in batch}, operations)
             try:
                 result: list[list[Row] | BaseException] = await self._run(
                     name, write, "", (), seconds, via=lambda fetch: script(fetch, batch)
                 )
             except LeaseError as exc:
-                if len(kinds) == 1:
-                    raise
-                return [_for_call(exc, operations[w.kind]) for w in batch]
+                return _for_each(exc, batch, operations)
             return result
 
         return send
@@ -308,6 +294,19 @@ def _mark_sent(batch: list[Waiter]) -> None:
     its call applied (``outcome_unknown``); before, it certainly was not."""
     for waiter in batch:
         waiter.sent = True
+
+
+def _named(kinds: Collection[int], operations: tuple[str, ...]) -> str:
+    """The operation a batch of calls of ``kinds`` is observed as: its one kind's method, or
+    ``"BATCH"`` (OpenTelemetry's name for a batch of several operations)."""
+    return operations[next(iter(kinds))] if len(kinds) == 1 else "BATCH"
+
+
+def _for_each(
+    error: LeaseError, batch: list[Waiter], operations: tuple[str, ...]
+) -> list[list[Row] | BaseException]:
+    """A failed batch's error for each of its calls, naming the call's own method."""
+    return [_for_call(error, operations[w.kind]) for w in batch]
 
 
 def _for_call(error: LeaseError, operation: str) -> LeaseError:
