@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
 from ._deadlines import SERVER_SHARE
-from ._provider_args import check_seconds
+from ._provider_args import check_pooler, check_seconds
 from ._urls import build_engine, normalize_url, redact
 from .backends import backend_for, backend_for_url
 from .backends.sqlite.startup import MissingDatabaseFile
@@ -50,7 +50,6 @@ T = TypeVar("T")
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0  #: seconds to open a connection
 SQLITE_BUSY_DEFAULT: Final = 5.0  # SQLite's busy timeout when the call has no ``timeout``
-POOLERS: Final = (None, "transaction", "session")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +64,7 @@ class Bounds:
     @classmethod
     def of(cls, timeout: object, connect_timeout: object, pooler: object = None) -> Bounds:
         seconds = None if timeout is None else check_seconds("timeout", timeout)
-        if not (pooler is None or (isinstance(pooler, str) and pooler in POOLERS)):
-            raise LeaseValueError(
-                f'pooler must be None, "transaction" or "session", not {pooler!r}'
-            )
-        name = pooler if isinstance(pooler, str) else None
+        name = check_pooler(pooler, True)
         return cls(seconds, check_seconds("connect_timeout", connect_timeout), name)
 
     @property

@@ -10,9 +10,11 @@ from .errors import LeaseTypeError, LeaseValueError
 if TYPE_CHECKING:
     from .backends import Backend
 
-__all__ = ["MAX_SECONDS", "check_bool", "check_seconds", "check_table"]
+__all__ = ["MAX_SECONDS", "POOLERS", "check_bool", "check_pooler", "check_seconds", "check_table"]
 
 MAX_SECONDS: Final = 86_400.0
+#: ``from_url``'s ``pooler`` values: none, or the pooler's pool mode.
+POOLERS: Final = (None, "transaction", "session")
 
 
 def check_seconds(what: str, value: object) -> float:
@@ -40,3 +42,17 @@ def check_table(table_name: str, schema: str | None, backend: Backend | None = N
         check_identifier("schema", schema)
         if backend is not None and not backend.has_schemas:
             raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")
+
+
+def check_pooler(pooler: object, synchronous_commit: object) -> str | None:
+    """``pooler`` is one of `POOLERS`; ``synchronous_commit=False`` (a startup parameter)
+    cannot go through one."""
+    if not (pooler is None or (isinstance(pooler, str) and pooler in POOLERS)):
+        raise LeaseValueError(f'pooler must be None, "transaction" or "session", not {pooler!r}')
+    if pooler is not None and synchronous_commit is False:
+        raise LeaseValueError(
+            "synchronous_commit=False cannot be sent through a pooler (it is a startup "
+            "parameter): set it for the role instead (ALTER ROLE ... SET synchronous_commit "
+            "= off) and leave synchronous_commit=True"
+        )
+    return pooler

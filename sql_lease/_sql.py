@@ -20,7 +20,7 @@ from ._deadlines import Deadlines
 from ._execute import CANCEL_GRACE
 from ._extensions import SqlExtensions, key_owner, transfer_args
 from ._lifecycle import LeaseLifecycle
-from ._provider_args import check_seconds
+from ._provider_args import check_pooler, check_seconds
 from ._urls import build_engine, normalize_url, redact
 from ._validate import (
     Millis,
@@ -42,7 +42,6 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 
 logger = logging.getLogger("sql_lease")
 _wait_logger = logging.getLogger("sql_lease.wait")
-POOLERS = (None, "transaction", "session")
 
 
 class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
@@ -141,18 +140,9 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server or
         through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
-        if pooler not in POOLERS:
-            raise LeaseValueError(
-                f'pooler must be None, "transaction" or "session", not {pooler!r}'
-            )
+        check_pooler(pooler, synchronous_commit)
         if not isinstance(synchronous_commit, bool):
             raise LeaseTypeError("synchronous_commit must be a bool")
-        if pooler is not None and not synchronous_commit:
-            raise LeaseValueError(
-                "synchronous_commit=False cannot be sent through a pooler (it is a startup "
-                "parameter): set it for the role instead (ALTER ROLE ... SET synchronous_commit "
-                "= off) and leave synchronous_commit=True"
-            )
         check_observer(observer)
         check_coalesce(coalesce)
         parsed = normalize_url(url)

@@ -164,9 +164,13 @@ class Backend(Protocol):
         connect_timeout: float,
         synchronous_commit: bool,
         pool_size: int,
+        pooler: str | None = None,
+        listen_url: URL | None = None,
     ) -> SyncExecutor:
         """The sync provider's executor owning up to ``pool_size`` connections to ``url`` (as
-        given, checked by `normalize_url`); calls bounded by ``timeout`` seconds."""
+        given, checked by `normalize_url`); calls bounded by ``timeout`` seconds. ``pooler``
+        and ``listen_url`` as for `engine_arguments` and the async ``from_url``
+        (`LeaseValueError`, before any I/O, when the backend has no such thing)."""
         ...
 
     def sync_engine_executor(

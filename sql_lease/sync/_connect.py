@@ -35,8 +35,13 @@ class Target:
         connect_timeout: float,
         synchronous_commit: bool,
         pool_size: int,
+        pooler: str | None = None,
+        listen: Target | None = None,
     ) -> SyncExecutor:
-        """An executor owning its connections to this database."""
+        """An executor owning its connections to this database (through ``pooler``; waiters
+        listening on ``listen``'s database when given)."""
+        if listen is not None and listen.backend is not self.backend:
+            raise LeaseValueError("listen_url must be a URL of the same database kind as url")
         return self.backend.sync_url_executor(
             self.url,
             table,
@@ -45,6 +50,8 @@ class Target:
             connect_timeout=connect_timeout,
             synchronous_commit=synchronous_commit,
             pool_size=pool_size,
+            pooler=pooler,
+            listen_url=None if listen is None else listen.url,
         )
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL, Engine
 
 from .._contention import ContentionHints
 from .._contract import AcquireResult, Lease
-from .._provider_args import check_bool, check_seconds, check_table
+from .._provider_args import check_bool, check_pooler, check_seconds, check_table
 from .._urls import redact
 from .._validate import (
     Millis,
@@ -36,6 +36,7 @@ from ._catalogue import Statements, statements_of
 from ._connect import engine_target, parse
 from ._guard import guard
 from ._lifecycle import SyncLifecycle
+from ._wait import POLL_S
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 
@@ -43,6 +44,7 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
 logger = logging.getLogger("sql_lease")
+_wait_logger = logging.getLogger("sql_lease.wait")
 
 
 #: What runs a statement: the backend's sync executor.
@@ -87,6 +89,8 @@ class SqlLeaseProvider(SyncLifecycle):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         synchronous_commit: bool = True,
         pool_size: int = 10,
+        pooler: str | None = None,
+        listen_url: str | URL | None = None,
     ) -> SqlLeaseProvider:
         """A provider that owns its connections to ``url``.
 
@@ -98,13 +102,23 @@ class SqlLeaseProvider(SyncLifecycle):
         connections in WAL mode with a busy timeout at 80% of ``timeout``.
         ``synchronous_commit=False`` trades the last fraction of a second of lease changes on
         a server crash for faster writes (see the README's "Durability").
+
+        ``pooler="transaction"`` or ``"session"``: ``url`` reaches PostgreSQL through a
+        connection pooler (PgBouncer and the like). Then no startup parameter but
+        ``application_name`` is sent, and each call is one simple-protocol query that sets the
+        server-side timeouts for itself (``SET LOCAL``) and calls the table's server function
+        (migration 0005); ``synchronous_commit=False`` is refused (it is a startup parameter).
+        ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server
+        or through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
+        check_pooler(pooler, synchronous_commit)
         check_bool("synchronous_commit", synchronous_commit)
         seconds = check_seconds("timeout", timeout)
         connect_seconds = check_seconds("connect_timeout", connect_timeout)
         check_limit(pool_size, what="pool_size", most=1_000)
         check_table(table_name, schema)
         target = parse(url)
+        listen = None if listen_url is None else parse(listen_url)
         check_table(table_name, schema, target.backend)
         sql = statements_of(target.backend.catalogue(table_name, schema))
         executor = target.executor(
@@ -113,7 +127,15 @@ class SqlLeaseProvider(SyncLifecycle):
             connect_timeout=connect_seconds,
             synchronous_commit=synchronous_commit,
             pool_size=pool_size,
+            pooler=pooler,
+            listen=listen,
         )
+        if listen is not None:
+            _wait_logger.info("waiters listen for notifications on %s", listen.where)
+        elif pooler == "transaction":
+            _wait_logger.info(
+                "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
+            )
         provider = cls.__new__(cls)
         provider._setup(executor, sql, table_name, schema, seconds, None)
         return provider

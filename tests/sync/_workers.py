@@ -13,10 +13,17 @@ from sql_lease.sync import SqlLeaseProvider
 from tests.integration._race_workers import Event, Hammer
 
 
-def hammer(url: str, worker: int, keys: list[str], seconds: float, threads: int) -> dict[str, Any]:
-    """``threads`` threads sharing one sync provider: random acquire/renew/transfer/release
-    (the async race test's `Hammer` script)."""
-    provider = SqlLeaseProvider.from_url(url, timeout=10, pool_size=threads)
+def hammer(
+    url: str,
+    worker: int,
+    keys: list[str],
+    seconds: float,
+    threads: int,
+    pooler: str | None = None,
+) -> dict[str, Any]:
+    """``threads`` threads sharing one sync provider (through ``pooler``): random
+    acquire/renew/transfer/release (the async race test's `Hammer` script)."""
+    provider = SqlLeaseProvider.from_url(url, timeout=10, pool_size=threads, pooler=pooler)
     calls = {
         "acquire_lease": provider.acquire_lease,
         "renew": provider.renew,

@@ -5,20 +5,51 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.pool import Pool
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from sql_lease import migrate
 from sql_lease.sync import InMemoryLeaseProvider, SqlLeaseProvider
 
-PROVIDERS = ["memory", "postgresql", "sqlite"]
+from ..infra.pgbouncer import PgBouncer
+
+#: "pgbouncer": PostgreSQL through a real PgBouncer in transaction mode (``pooler=``).
+PROVIDERS = ["memory", "postgresql", "sqlite", "pgbouncer"]
+
+
+@pytest.fixture(scope="session")
+def sync_pgbouncer(pg_server: object) -> Iterator[PgBouncer]:
+    """Transaction pooling with its defaults and 4 server connections, for the session."""
+    with PgBouncer(pool_mode="transaction", pool_size=4) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pooled_database_url(make_database: Callable[[], str]) -> str:
+    """A migrated database of its own (the contract cases run on every provider at once)."""
+    url = make_database()
+    migrate.upgrade(url)
+    return url
+
+
+def pooled_url(request: pytest.FixtureRequest) -> str:
+    """`pooled_database_url` through `sync_pgbouncer`."""
+    bouncer: PgBouncer = request.getfixturevalue("sync_pgbouncer")
+    database_url: str = request.getfixturevalue("pooled_database_url")
+    return bouncer.url(make_url(database_url).database or "postgres")
 
 
 def _sync_provider(request: pytest.FixtureRequest, backend: str) -> Any:
     if backend == "memory":
         return InMemoryLeaseProvider()
+    if backend == "pgbouncer":
+        provider = SqlLeaseProvider.from_url(pooled_url(request), timeout=10, pooler="transaction")
+        provider.executor.run("setup", True, "TRUNCATE leases", (), 10)
+        return provider
     url: str = request.getfixturevalue(
         {"postgresql": "database_url", "sqlite": "sqlite_url"}[backend]
     )

@@ -23,6 +23,7 @@ from tests.integration._race_workers import Event
 from tests.integration.test_races import check_history
 
 from ._workers import hammer
+from .conftest import pooled_url
 
 pytestmark = pytest.mark.race
 
@@ -31,12 +32,15 @@ MAX_ROUNDS = int(os.environ.get("SQL_LEASE_SYNC_RACE_ROUNDS", "6"))
 PROCESSES, THREADS = 3, 4
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def race_url(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=["postgresql", "sqlite", "pgbouncer"])
+def race_target(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """The URL the workers race on and its ``pooler=`` (PgBouncer in transaction mode)."""
+    if request.param == "pgbouncer":
+        return pooled_url(request), "transaction"
     url: str = request.getfixturevalue(
         {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
     )
-    return url
+    return url, None
 
 
 def raced(by_op: Counter[tuple[str, bool]], stats: dict[str, int]) -> bool:
@@ -50,14 +54,18 @@ def raced(by_op: Counter[tuple[str, bool]], stats: dict[str, int]) -> bool:
 
 
 def test_processes_times_threads_never_see_two_live_owners(
-    race_url: str, worker_pool: Pool
+    race_target: tuple[str, str | None], worker_pool: Pool
 ) -> None:
+    race_url, pooler = race_target
     run = uuid.uuid4().hex[:8]
     keys = [f"{run}\0sync\0a", f"{run}\0sync\0b", f"{run}\0sync"]
     events: list[Event] = []
     reads = 0
     for round_ in range(MAX_ROUNDS):
-        args = [(race_url, round_ * 10 + w, keys, ROUND_SECONDS, THREADS) for w in range(PROCESSES)]
+        args = [
+            (race_url, round_ * 10 + w, keys, ROUND_SECONDS, THREADS, pooler)
+            for w in range(PROCESSES)
+        ]
         pending = [worker_pool.apply_async(hammer, a) for a in args]
         results: list[dict[str, Any]] = [p.get(timeout=120 + ROUND_SECONDS) for p in pending]
         events += [e for r in results for e in r["events"]]

@@ -152,6 +152,8 @@ class PostgresBackend:
         connect_timeout: float,
         synchronous_commit: bool,
         pool_size: int,
+        pooler: str | None = None,
+        listen_url: URL | None = None,
     ) -> SyncExecutor:
         from .sync_connect import url_executor  # psycopg: the `sync` extra, imported on use
 
@@ -163,6 +165,8 @@ class PostgresBackend:
             connect_timeout=connect_timeout,
             synchronous_commit=synchronous_commit,
             pool_size=pool_size,
+            pooler=pooler,
+            listen_url=listen_url,
         )
 
     def sync_engine_executor(

@@ -31,7 +31,6 @@ through the pooler) and its results drained in a task of its own, which `settle`
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, Final, cast
 from urllib.parse import parse_qsl
 
@@ -41,21 +40,18 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..._deadlines import server_millis
 from ..._libpq import DSN_PREFIX
 from ...errors import LeaseValueError
 from .. import Adaptor, Fetch
-from . import functions
 from .errors import NotSentError
-from .psycopg_wire import Exchange, Template, template
+from .pooler_text import PoolerStatements
+from .psycopg_wire import Exchange
 
 __all__ = ["DRIVER", "engine_url", "fetch_for", "settle", "watch_engine"]
 
 DRIVER: Final = "postgresql+psycopg"
-logger = logging.getLogger("sql_lease")
 _CANCEL_GRACE: Final = 5.0  # seconds a cancelled statement's cancel request may take
 _PENDING: Final = "sql_lease.cancelled"  # fairy.info key: the task of a cancelled statement
-_CACHED: Final = 256  # statement texts converted and kept (the catalogue has a few dozen)
 _SSL_MODES: Final = frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"})
 #: asyncpg's connect arguments (as `driver.engine_arguments` fills them), not psycopg's.
 _ASYNCPG_ONLY: Final = (
@@ -106,35 +102,14 @@ def fetch_for(timeout: float) -> Adaptor:
     """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
     server-side timeouts at `SERVER_SHARE` of ``timeout``, in one round trip (module
     docstring)."""
-    millis = server_millis(timeout)
-    prefix = f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
-    caches: dict[str, dict[str, Template]] = {}  # per client encoding: statement -> template
-    calls = [True]  # the server functions are there (until a call finds them missing)
-
-    def cached(cache: dict[str, Template], sql: str, encoding: str) -> Template:
-        if len(cache) >= _CACHED:
-            cache.clear()
-        call = functions.call_for(sql) if calls[0] else None
-        found = cache[sql] = template(call or sql, prefix, encoding)
-        return found
-
-    def without_functions(error: psycopg.Error) -> None:
-        if calls[0]:
-            calls[0] = False
-            for cache in caches.values():  # each connection's fetch keeps its cache
-                cache.clear()
-            logger.warning(
-                "sql_lease: the server functions of pooler mode are missing (%s): sending plain"
-                " statements, each planned on every call; apply the migrations to this database"
-                " (revision 0005) and restart to use them",
-                error.diag.message_primary,
-            )
+    statements = PoolerStatements(timeout)
+    miss = statements.template
 
     def adapt(fairy: PoolProxiedConnection) -> Fetch:
         conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
         exchange = Exchange(conn)
         encoding = exchange.encoding
-        cache = caches.setdefault(encoding, {})
+        cache = statements.cache(encoding)
         info = fairy.info
 
         async def fetch(sql: str, *args: object) -> list[Any]:
@@ -145,7 +120,7 @@ def fetch_for(timeout: float) -> Adaptor:
                     "a postgresql+psycopg engine must be in autocommit: "
                     'create_async_engine(url, isolation_level="AUTOCOMMIT")'
                 )
-            found = cache.get(sql) or cached(cache, sql, encoding)
+            found = cache.get(sql) or miss(cache, sql, encoding)
             try:
                 try:
                     return await exchange.run(exchange.query(found, args))
@@ -153,11 +128,9 @@ def fetch_for(timeout: float) -> Adaptor:
                     # Raised while resolving the call, before any statement ran (and the
                     # implicit transaction is rolled back whatever ran): the plain statement
                     # is safe to send instead.
-                    if functions.call_for(sql) is None:
+                    if not statements.fall_back(sql, exc):
                         raise
-                    without_functions(exc)
-                    found = cached(cache, sql, encoding)
-                    return await exchange.run(exchange.query(found, args))
+                    return await exchange.run(exchange.query(miss(cache, sql, encoding), args))
             except asyncio.CancelledError:
                 task = asyncio.ensure_future(exchange.abandon(_CANCEL_GRACE))
                 task.add_done_callback(_consume)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 from binascii import hexlify
+from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
@@ -28,7 +29,7 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
 
-__all__ = ["Exchange", "Template", "template"]
+__all__ = ["Exchange", "Template", "render", "template"]
 
 #: A statement as byte chunks around its placeholders, and which argument each one takes.
 Template = tuple[bytes, tuple[bytes, ...], tuple[int, ...]]
@@ -64,6 +65,18 @@ def _array(values: list[object]) -> bytes | None:
     return None
 
 
+def render(found: Template, args: tuple[object, ...], literal: Callable[[Any], bytes]) -> bytes:
+    """``found``'s chunks joined with ``args`` as SQL literals (``literal``: a psycopg
+    `Transformer`'s ``as_literal``, libpq's escaping for the connection)."""
+    head, chunks, order = found
+    parts = [head]
+    for index, chunk in zip(order, chunks, strict=True):
+        value = args[index]
+        parts.append((_array(value) or literal(value)) if type(value) is list else literal(value))
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -83,16 +96,7 @@ class Exchange:
 
     def query(self, found: Template, args: tuple[object, ...]) -> bytes:
         """The query text: ``found``'s chunks with the arguments as SQL literals."""
-        head, chunks, order = found
-        literal = self._literal
-        parts = [head]
-        for index, chunk in zip(order, chunks, strict=True):
-            value = args[index]
-            parts.append(
-                (_array(value) or literal(value)) if type(value) is list else literal(value)
-            )
-            parts.append(chunk)
-        return b"".join(parts)
+        return render(found, args, self._literal)
 
     async def run(self, query: bytes) -> list[Any]:
         """Send ``query`` and return the rows of its last statement (none if it has none)."""

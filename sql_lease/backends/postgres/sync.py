@@ -11,6 +11,10 @@ end: pool checkout, connect (``connect_timeout``), and the statement, which the 
 cancels itself at 80% of the timeout (``statement_timeout``/``lock_timeout``, set at connect
 for owned pools) and the provider's deadline watchdog cancels from the client at 100% (by a
 cancel request, then by shutting the socket if the network is stalled).
+
+Behind a pooler (``from_url(..., pooler=...)``) nothing is set at connect: each call is one
+simple-protocol query that sets the timeouts for itself (``SET LOCAL``) and calls the table's
+server function, its values bound on the client (`pooler_text`, as the async pooler mode).
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import contextlib
 import select
 import socket
 import threading
+from collections.abc import Callable
 from time import monotonic
 from typing import Any, Final, cast
 
 import psycopg
 import psycopg_pool
+from psycopg.adapt import Transformer
 from psycopg.pq import ExecStatus
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -32,6 +38,8 @@ from ..._dberrors import Failure
 from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
 from .errors import classify, translate
+from .pooler_text import PoolerStatements
+from .psycopg_wire import render
 
 __all__ = [
     "EnginePgSource",
@@ -46,6 +54,7 @@ _MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up
 _CANCEL_S: Final = 1.0  # how long a cancel request may take before the socket is shut
 _TUPLES_OK: Final = int(ExecStatus.TUPLES_OK)
 _CURSOR: Final = "sql_lease.cursor"  # where a caller's engine connection keeps its cursor
+_LITERAL: Final = "sql_lease.literal"  # and its literal (pooler mode)
 
 
 class PooledConnection(psycopg.Connection[Any]):
@@ -56,6 +65,8 @@ class PooledConnection(psycopg.Connection[Any]):
     """
 
     statement_cursor: psycopg.RawCursor[Any] | None = None
+    #: psycopg's literal for a value on this connection (pooler mode binds on the client).
+    statement_literal: Callable[[Any], bytes] | None = None
 
 
 def is_broken(exc: BaseException) -> bool:
@@ -110,6 +121,14 @@ class PoolPgSource:
             cur = pooled.statement_cursor = psycopg.RawCursor(conn)
         return cur
 
+    def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
+        """psycopg's ``as_literal`` for ``conn`` (made on first use)."""
+        pooled = cast(PooledConnection, conn)
+        literal = pooled.statement_literal
+        if literal is None:
+            literal = pooled.statement_literal = Transformer(conn).as_literal
+        return literal
+
     def forget(self, conn: psycopg.Connection[Any], token: object) -> None:
         """Drop the cursor of ``conn`` after a failed statement (the next call makes one)."""
         cast(PooledConnection, conn).statement_cursor = None
@@ -152,6 +171,13 @@ class EnginePgSource:
         if cur is None or cur.connection is not conn:
             cur = info[_CURSOR] = psycopg.RawCursor(conn)
         return cur
+
+    def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
+        info = cast("tuple[PoolProxiedConnection, Any]", token)[0].info
+        found: tuple[psycopg.Connection[Any], Callable[[Any], bytes]] | None = info.get(_LITERAL)
+        if found is None or found[0] is not conn:
+            found = info[_LITERAL] = (conn, Transformer(conn).as_literal)
+        return found[1]
 
     def forget(self, conn: psycopg.Connection[Any], token: object) -> None:
         cast("tuple[PoolProxiedConnection, Any]", token)[0].info.pop(_CURSOR, None)
@@ -209,6 +235,30 @@ def _cancel(conn: psycopg.Connection[Any], ended: threading.Event) -> None:
                 sock.close()
 
 
+def _execute_text(
+    cur: psycopg.RawCursor[Any],
+    statements: PoolerStatements,
+    sql: str,
+    args: tuple[object, ...],
+    literal: Callable[[Any], bytes],
+) -> None:
+    """Pooler mode: ``sql`` with ``args`` bound on the client, as one simple query with the
+    server-side timeouts set inside it; the cursor is left on the statement's own result."""
+    encoding = cur.connection.info.encoding
+    cache = statements.cache(encoding)
+    found = cache.get(sql) or statements.template(cache, sql, encoding)
+    try:
+        cur.execute(render(found, args, literal), prepare=False)
+    except psycopg.errors.UndefinedFunction as exc:
+        # Raised while resolving the function call, before anything ran: the plain
+        # statement is safe to send instead.
+        if not statements.fall_back(sql, exc):
+            raise
+        cur.execute(render(statements.template(cache, sql, encoding), args, literal), prepare=False)
+    while cur.nextset():  # past the two SET LOCAL results
+        pass
+
+
 class PgExecutor:
     """Runs catalogue statements on PostgreSQL within a deadline; failures become LeaseErrors."""
 
@@ -220,11 +270,14 @@ class PgExecutor:
         *,
         where: str,
         table: str,
-        listen_kwargs: dict[str, Any],
+        listen_kwargs: dict[str, Any] | None,
+        statements: PoolerStatements | None = None,
     ) -> None:
         self.source = source
         self.where = where
         self._table = table
+        #: Pooler mode (`pooler_text`): each call one simple query, timeouts set inside it.
+        self._statements = statements
         #: How the dedicated LISTEN connection connects (see `_listen`).
         self.listen_kwargs: dict[str, Any] | None = listen_kwargs
         self._deadlines = Deadlines()
@@ -245,6 +298,7 @@ class PgExecutor:
         """
         deadline = monotonic() + seconds
         source = self.source
+        pooled = self._statements
         deadlines = self._deadlines
         check = write  # reads skip the check until a connection has failed under one
         rerun = not write
@@ -273,7 +327,10 @@ class PgExecutor:
             call = deadlines.start(deadline, _interrupt, conn)
             try:
                 cur = source.cursor(conn, token)
-                cur.execute(sql, args, prepare=False)
+                if pooled is None:
+                    cur.execute(sql, args, prepare=False)
+                else:
+                    _execute_text(cur, pooled, sql, args, source.literal(conn, token))
                 # `description` would build column objects: the result's status says as much.
                 res = cur.pgresult
                 if res is not None and (res.nfields or res.status == _TUPLES_OK):

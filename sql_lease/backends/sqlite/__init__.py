@@ -120,7 +120,13 @@ class SqliteBackend:
         connect_timeout: float,
         synchronous_commit: bool,
         pool_size: int,
+        pooler: str | None = None,
+        listen_url: URL | None = None,
     ) -> SyncExecutor:
+        if pooler is not None:
+            raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")
+        if listen_url is not None:
+            raise LeaseValueError("SQLite has no LISTEN connection: leave listen_url=None")
         from .sync import FileSqliteSource, SqliteExecutor, pragmas
 
         path = url.database

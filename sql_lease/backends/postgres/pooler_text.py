@@ -1,0 +1,76 @@
+"""The statement texts of pooler mode, for the async (`psycopg_driver`) and sync (`sync`) paths.
+
+Behind a transaction pooler each call is one simple-protocol query::
+
+    SET LOCAL statement_timeout = N; SET LOCAL lock_timeout = N; <statement>
+
+(one implicit transaction: the settings are in force for the statement and end with it), the
+statement being the call of its plpgsql function (migration 0005, `functions`) while the
+database has them, else the catalogue's plain text. `PoolerStatements` keeps, per client
+encoding, each statement as a `psycopg_wire.Template`; a call of a missing function is answered
+with ``undefined_function`` before anything runs, and `PoolerStatements.fall_back` then switches
+every connection of the provider to the plain statements (logged once).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import psycopg
+
+from ..._deadlines import server_millis
+from . import functions
+from .psycopg_wire import Template, template
+
+__all__ = ["PoolerStatements"]
+
+logger = logging.getLogger("sql_lease")
+_CACHED: Final = 256  # statement texts converted and kept (the catalogue has a few dozen)
+
+
+class PoolerStatements:
+    """One provider's pooler-mode statement texts, shared by its connections."""
+
+    __slots__ = ("_caches", "functions", "prefix")
+
+    def __init__(self, timeout: float) -> None:
+        millis = server_millis(timeout)
+        #: The server-side timeouts at `SERVER_SHARE` of ``timeout``, for this statement only.
+        self.prefix: Final = (
+            f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
+        )
+        #: True until a call finds the server functions missing.
+        self.functions = True
+        self._caches: dict[str, dict[str, Template]] = {}
+
+    def cache(self, encoding: str) -> dict[str, Template]:
+        """The templates for client ``encoding`` (a connection binds it once, and looks a
+        statement up there before calling `template`)."""
+        return self._caches.setdefault(encoding, {})
+
+    def template(self, cache: dict[str, Template], sql: str, encoding: str) -> Template:
+        """``sql``'s template, made and kept in ``cache``."""
+        if len(cache) >= _CACHED:
+            cache.clear()
+        call = functions.call_for(sql) if self.functions else None
+        found = cache[sql] = template(call or sql, self.prefix, encoding)
+        return found
+
+    def fall_back(self, sql: str, error: psycopg.Error) -> bool:
+        """After ``undefined_function`` for ``sql``: True when ``sql`` went as a function call
+        (nothing ran: send its plain text, which `template` now gives); from now on every
+        statement goes plain."""
+        if functions.call_for(sql) is None:
+            return False
+        if self.functions:
+            self.functions = False
+            for cache in self._caches.values():  # each connection keeps its cache bound
+                cache.clear()
+            logger.warning(
+                "sql_lease: the server functions of pooler mode are missing (%s): sending plain"
+                " statements, each planned on every call; apply the migrations to this database"
+                " (revision 0005) and restart to use them",
+                error.diag.message_primary,
+            )
+        return True
