@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from ._libpq import DSN_PREFIX, connect_arguments
 from .backends import BACKEND_PACKAGES, backend_for_scheme, backend_named
 from .backends.postgres.urls import SCHEMES as PG_SCHEMES
-from .backends.postgres.urls import TWO_ATS, check_port
+from .backends.postgres.urls import TWO_ATS, host_port
 from .errors import LeaseValueError
 
-__all__ = ["build_engine", "normalize_url", "redact"]
+__all__ = ["build_engine", "normalize_url", "parse_url", "redact"]
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -29,7 +29,7 @@ def normalize_url(url: str | URL) -> URL:
     (a host without a port gets 5432). Raises `LeaseValueError` for anything else, without
     quoting the URL.
     """
-    parsed = url if isinstance(url, URL) else _parse(url)
+    parsed = url if isinstance(url, URL) else parse_url(url)
     backend = backend_for_scheme(parsed.drivername)
     if backend is None or parsed.drivername == backend.sync_driver:
         raise LeaseValueError(
@@ -43,7 +43,7 @@ def _schemes() -> str:
     return ", or ".join(examples)
 
 
-def _parse(text: str) -> URL:
+def parse_url(text: str) -> URL:
     """`make_url`, after checking a PostgreSQL URL's authority and rewriting a host list."""
     hosts: dict[str, str] = {}
     if isinstance(text, str):  # anything else is left to the parser's refusal
@@ -81,7 +81,7 @@ def _split_hosts(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
     start = userinfo.end() if userinfo else 0
     end = _HOST_END.search(rest, start)
     stop = end.start() if end else len(rest)
-    pairs = [_host_port(token) for token in rest[start:stop].split(",")] if stop > start else []
+    pairs = [host_port(token) for token in rest[start:stop].split(",")] if stop > start else []
     if len(pairs) < 2:
         return f"{scheme}://{rest}", {}
     if not all(host for host, _ in pairs):
@@ -96,17 +96,6 @@ def _split_hosts(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
 _DEFAULT_PORT = 5432
 _USERINFO = re.compile(r"[^:/]*(?::[^@]*)?@")
 _HOST_END = re.compile(r"[/?]")
-
-
-def _host_port(token: str) -> tuple[str, int | None]:
-    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``, the port checked."""
-    if token.startswith("["):
-        host, bracket, tail = token[1:].partition("]")
-        if not bracket or (tail and not tail.startswith(":")):
-            raise LeaseValueError("the database URL has an unclosed '[' in its host")
-        return host, check_port(tail[1:])
-    host, _, port = token.partition(":")
-    return host, check_port(port)
 
 
 _SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import URL, Engine
 
-from .._urls import normalize_url, redact
+from .._urls import normalize_url, parse_url, redact
 from ..backends import Backend, SyncExecutor, backend_for_scheme, backend_for_sync_engine
 from ..errors import LeaseTypeError, LeaseValueError
 
@@ -57,11 +56,8 @@ class Target:
 
 def parse(url: str | URL) -> Target:
     """Parse and check ``url`` as the async `from_url` does; raises `LeaseValueError`."""
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except (ArgumentError, ValueError, TypeError):
-        normalize_url("")  # raises the async provider's message (never quoting the URL)
-        raise  # pragma: no cover
+    # The async provider's parser: its messages (never quoting the URL), libpq's host lists.
+    parsed = url if isinstance(url, URL) else parse_url(url)
     backend = backend_for_scheme(parsed.drivername)
     if backend is None:
         normalize_url(parsed)  # the async provider's message for an unknown scheme

@@ -14,6 +14,7 @@ from ..._deadlines import server_millis
 from ...errors import LeaseValueError
 from .pooler_text import PoolerStatements
 from .sync import EnginePgSource, PgExecutor, open_pool
+from .urls import host_port
 
 __all__ = ["engine_executor", "libpq_kwargs", "url_executor"]
 
@@ -30,7 +31,11 @@ def libpq_kwargs(url: URL) -> dict[str, Any]:
     ):
         if value is not None:
             kwargs[name] = value
+    if "host" in url.query and "port" not in url.query:
+        kwargs.update(_host_list(url.query["host"]))
     for name, given in url.query.items():
+        if name in kwargs and name in ("host", "port"):
+            continue
         if not isinstance(given, str):
             raise LeaseValueError(f"the URL gives {name} more than once")
         if name == "ssl":  # asyncpg's spelling
@@ -38,6 +43,20 @@ def libpq_kwargs(url: URL) -> dict[str, Any]:
         elif name != "dsn":
             kwargs[name] = given
     return kwargs
+
+
+def _host_list(given: str | tuple[str, ...]) -> dict[str, str]:
+    """SQLAlchemy's ``?host=h1:p1&host=h2:p2`` (or ``?host=h1:p1,h2:p2``) as libpq's
+    ``host=h1,h2 port=p1,p2`` (a host without a port gets 5432)."""
+    parts = (given,) if isinstance(given, str) else given
+    tokens = [token for part in parts for token in part.split(",")]
+    if not any(t.startswith("[") or t.count(":") == 1 for t in tokens):
+        return {}  # plain host names (or bare IPv6 addresses): libpq reads them as they are
+    pairs = [host_port(t) for t in tokens]
+    return {
+        "host": ",".join(host for host, _ in pairs),
+        "port": ",".join(str(port or 5432) for _, port in pairs),
+    }
 
 
 def url_executor(

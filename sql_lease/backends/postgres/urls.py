@@ -10,7 +10,7 @@ from sqlalchemy.engine import URL
 from ..._libpq import DSN_ONLY, DSN_PREFIX, check_query
 from ...errors import LeaseValueError
 
-__all__ = ["SCHEMES", "TWO_ATS", "check_port", "normalize_url"]
+__all__ = ["SCHEMES", "TWO_ATS", "check_port", "host_port", "normalize_url"]
 
 SCHEMES: Final = frozenset({"postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg"})
 
@@ -55,3 +55,14 @@ def check_port(text: str) -> int | None:
     if not 1 <= port <= 65535:
         raise LeaseValueError("the port in the database URL is out of range: use 1 to 65535")
     return port
+
+
+def host_port(token: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port``, the port checked."""
+    if token.startswith("["):
+        host, bracket, tail = token[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise LeaseValueError("the database URL has an unclosed '[' in its host")
+        return host, check_port(tail[1:])
+    host, _, port = token.partition(":")
+    return host, check_port(port)
