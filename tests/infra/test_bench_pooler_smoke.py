@@ -1,0 +1,52 @@
+"""`benchmarks/bench_pooler.py --quick` runs every cell and variant through a real PgBouncer.
+
+No ratio is asserted (timings on a shared machine prove nothing): only that each variant of
+each cell measured something, that no run failed, and that the JSON has the info lines.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = {
+    "direct",
+    "direct-unnamed",
+    "direct-psycopg",
+    "pgbouncer-tx",
+    "pgbouncer-tx-plain",
+    "pgbouncer-tx-asyncpg",
+}
+
+
+def test_the_quick_run_measures_every_cell_and_variant(tmp_path: Path, pg_server: object) -> None:
+    out = tmp_path / "pooler.json"
+    bench = str(ROOT / "benchmarks" / "bench_pooler.py")
+    done = subprocess.run(
+        [sys.executable, bench, "--quick", "--duration", "0.1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["failures"] == {}
+    results = data["results"]
+    for clients in (1, 16):
+        for cell in ("lifecycle", "read"):
+            for variant in VARIANTS:
+                row = results[f"{cell}_c{clients}/{variant}"]
+                assert row["median_ops_per_s"] > 0
+        for variant in ("raw-direct", "raw-direct-simple", "raw-pgbouncer"):
+            assert results[f"raw_c{clients}/{variant}"]["median_ops_per_s"] > 0
+        assert f"raw_c{clients}" in data["info"]
+    assert "info raw_c16" in done.stdout
