@@ -15,11 +15,10 @@ suite runs through a transaction pooler too (``pgbouncer-transaction`` in
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -36,6 +35,7 @@ from sql_lease._wait import hub_for
 from sql_lease.backends import backend_for
 from sql_lease.backends.postgres.listen import Listener
 
+from ._grants import check_acquires
 from .pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(60)]
@@ -80,16 +80,21 @@ async def pooled(tx_bouncer: PgBouncer, database_url: str) -> AsyncIterator[SqlL
     await provider.aclose()
 
 
-def test_pooler_is_checked_before_any_io() -> None:
+def check_pooler_arguments(from_url: Callable[..., object]) -> None:
+    """``from_url`` (async or sync) refuses bad ``pooler``/``listen_url`` before any I/O."""
     nowhere = "postgresql://u:pw@127.0.0.1:1/db"
     with pytest.raises(LeaseValueError, match="pooler must be"):
-        SqlLeaseProvider.from_url(nowhere, pooler="statement")
+        from_url(nowhere, pooler="statement")
     with pytest.raises(LeaseValueError, match="synchronous_commit=False"):
-        SqlLeaseProvider.from_url(nowhere, pooler="transaction", synchronous_commit=False)
+        from_url(nowhere, pooler="transaction", synchronous_commit=False)
     with pytest.raises(LeaseValueError, match="no connection pooler"):
-        SqlLeaseProvider.from_url("sqlite:///nowhere.db", pooler="session")
+        from_url("sqlite:///nowhere.db", pooler="session")
     with pytest.raises(LeaseValueError):
-        SqlLeaseProvider.from_url(nowhere, pooler="transaction", listen_url="mysql://x/y")
+        from_url(nowhere, pooler="transaction", listen_url="mysql://x/y")
+
+
+def test_pooler_is_checked_before_any_io() -> None:
+    check_pooler_arguments(SqlLeaseProvider.from_url)
 
 
 async def test_every_operation_works_through_transaction_pooling_with_its_defaults(
@@ -139,27 +144,7 @@ async def test_64_concurrent_callers_no_errors_and_one_owner_at_a_time(
 
     await asyncio.gather(*(caller(i) for i in range(64)))
     assert errors == []
-    # (key, fence) -> owner, granted at, latest expiry (database times: start = expiry - TTL)
-    grants: dict[tuple[str, int], tuple[str | None, datetime, datetime]] = {}
-    for key, result in answers:
-        assert result.fence is not None and result.expires_at is not None
-        if result.acquired:
-            start = result.expires_at - timedelta(milliseconds=ttl)
-            owner, began, ended = grants.get((key, result.fence), (result.owner, start, start))
-            assert owner == result.owner  # a fence belongs to one owner
-            grants[(key, result.fence)] = (owner, began, max(ended, result.expires_at))
-    assert {k for k, _ in grants} == set(keys)
-    for key in keys:
-        tenures = [grants[(k, f)] for k, f in sorted(grants) if k == key]
-        # Only acquires ran: the next owner can only have been granted after the last expired.
-        for (_, _, ended), (_, began, _) in itertools.pairwise(tenures):
-            assert began >= ended
-    # A refused acquire names a real holder: one that was granted that fence.
-    for key, result in answers:
-        if not result.acquired:
-            assert result.fence is not None
-            granted = grants.get((key, result.fence))
-            assert granted is not None and granted[0] == result.owner
+    check_acquires(answers, ttl, keys)
 
 
 async def test_a_statement_stuck_on_a_row_lock_is_cancelled_by_the_server(
@@ -192,8 +177,12 @@ async def test_the_timeouts_set_per_statement_leak_to_no_other_client(
     pooled: SqlLeaseProvider, tx_bouncer: PgBouncer, database_url: str
 ) -> None:
     await asyncio.gather(*(pooled.acquire_lease(f"leak{i}", "a", 5000) for i in range(32)))
-    # Other clients of the pooler get the same 4 server connections: none kept the settings.
-    dsn = tx_bouncer.dsn(make_url(database_url).database or "postgres")
+    check_no_timeouts_left(tx_bouncer, database_url)
+
+
+def check_no_timeouts_left(bouncer: PgBouncer, database_url: str) -> None:
+    """Other clients of the pooler get the same server connections: none kept the settings."""
+    dsn = bouncer.dsn(make_url(database_url).database or "postgres")
     for _ in range(8):
         with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
             row = other.execute(

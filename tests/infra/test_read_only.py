@@ -23,7 +23,7 @@ from .cluster import Replicated
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(90)]
 
 
-def _set_read_only(url: str, on: bool) -> None:
+def set_read_only(url: str, on: bool) -> None:
     u = make_url(url)
     with psycopg.connect(
         host=u.host, port=u.port, user=u.username, dbname="postgres", autocommit=True
@@ -37,13 +37,13 @@ async def test_a_read_only_connection_is_a_typed_error_and_is_dropped(
 ) -> None:
     url = make_database()
     await migrate.upgrade_async(url)
-    _set_read_only(url, True)
+    set_read_only(url, True)
     provider = SqlLeaseProvider.from_url(url, timeout=5)
     try:
         with pytest.raises(LeaseConnectionError, match="read-only") as caught:
             await provider.acquire_lease("k", "a", 30_000)
         assert caught.value.outcome_unknown is False  # refused before anything applied
-        _set_read_only(url, False)
+        set_read_only(url, False)
         # The read-only connection was dropped: the next write runs on a new, writable one
         # (on the kept one it would fail again: the setting is the session's from its start).
         assert (await provider.acquire_lease("k", "b", 30_000)).acquired

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from sql_lease import LeaseConnectionError, LeaseValueError, migrate
 from sql_lease.backends.postgres.sync_connect import libpq_kwargs
@@ -22,6 +20,7 @@ from sql_lease.sync import SqlLeaseProvider
 from sql_lease.sync._connect import parse
 
 from ..infra.cluster import Replicated
+from ..infra.test_read_only import set_read_only
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -50,26 +49,17 @@ def test_a_bad_host_list_is_refused_before_any_io() -> None:
         SqlLeaseProvider.from_url("postgresql://u@h1:99999,h2/db")
 
 
-def _set_read_only(url: str, on: bool) -> None:
-    u = make_url(url)
-    with psycopg.connect(
-        host=u.host, port=u.port, user=u.username, dbname="postgres", autocommit=True
-    ) as conn:
-        action = "SET default_transaction_read_only = on" if on else "RESET ALL"
-        conn.execute(f'ALTER DATABASE "{u.database}" {action}'.encode())
-
-
 def test_a_read_only_connection_is_a_typed_error_and_is_dropped(
     make_database: Callable[[], str],
 ) -> None:
     url = make_database()
     migrate.upgrade(url)
-    _set_read_only(url, True)
+    set_read_only(url, True)
     with SqlLeaseProvider.from_url(url, timeout=5, pool_size=1) as provider:
         with pytest.raises(LeaseConnectionError, match="read-only") as caught:
             provider.acquire_lease("k", "a", 30_000)
         assert caught.value.outcome_unknown is False  # refused before anything applied
-        _set_read_only(url, False)
+        set_read_only(url, False)
         # The read-only connection was dropped (on it the write would fail again: the setting
         # is the session's from its start). The pool replaces a dropped connection at once, in
         # the background, so its replacement may have connected before the setting was lifted:
