@@ -51,6 +51,17 @@ class Function(NamedTuple):
     statement: str  # @table@, @sequence@ and @channel@ stand for the table's names
 
 
+#: The row of every one-kind write batch function (its kind, its key, then the write columns).
+_WRITE_ROW = (
+    "kind integer",
+    "key bytea",
+    "acquired boolean",
+    "fence bigint",
+    "expires_at timestamptz",
+    "holder bytea",
+    "notified boolean",
+)
+
 FUNCTIONS: tuple[Function, ...] = (
     Function(
         "acquire",
@@ -132,15 +143,7 @@ SELECT owner, fence, expires_at FROM @table@ WHERE key = $1 AND expires_at > clo
     Function(
         "batch_acquire",
         ("bytea[]", "bytea[]", "bigint[]", "integer"),
-        (
-            "kind integer",
-            "key bytea",
-            "acquired boolean",
-            "fence bigint",
-            "expires_at timestamptz",
-            "holder bytea",
-            "notified boolean",
-        ),
+        _WRITE_ROW,
         """\
 WITH 
 a_i AS MATERIALIZED (
@@ -173,15 +176,7 @@ UNION ALL SELECT 0, key, false, fence, expires_at, owner, NULL FROM a_cur WHERE 
     Function(
         "batch_renew",
         ("bytea[]", "bytea[]", "bigint[]", "integer"),
-        (
-            "kind integer",
-            "key bytea",
-            "acquired boolean",
-            "fence bigint",
-            "expires_at timestamptz",
-            "holder bytea",
-            "notified boolean",
-        ),
+        _WRITE_ROW,
         """\
 WITH 
 r_upd AS (
@@ -196,15 +191,7 @@ SELECT 1, key, NULL::bool, fence, expires_at, NULL::bytea, NULL::bool FROM r_upd
     Function(
         "batch_release",
         ("bytea[]", "bytea[]", "integer"),
-        (
-            "kind integer",
-            "key bytea",
-            "acquired boolean",
-            "fence bigint",
-            "expires_at timestamptz",
-            "holder bytea",
-            "notified boolean",
-        ),
+        _WRITE_ROW,
         """\
 WITH 
 e_upd AS (
@@ -219,15 +206,7 @@ SELECT 2, key, NULL::bool, fence, expires_at, NULL::bytea, notified FROM e_upd""
     Function(
         "batch_transfer",
         ("bytea[]", "bytea[]", "bytea[]", "bigint[]", "integer"),
-        (
-            "kind integer",
-            "key bytea",
-            "acquired boolean",
-            "fence bigint",
-            "expires_at timestamptz",
-            "holder bytea",
-            "notified boolean",
-        ),
+        _WRITE_ROW,
         """\
 WITH 
 t_upd AS (

@@ -86,7 +86,9 @@ def url_executor(
     kwargs["connect_timeout"] = max(1, round(connect_timeout))
     kwargs["autocommit"] = True
     kwargs["prepare_threshold"] = None
-    listen: dict[str, Any] | None = {k: v for k, v in kwargs.items() if k != "prepare_threshold"}
+    listen: dict[str, Any] | None = {
+        k: v for k, v in kwargs.items() if k not in ("options", "prepare_threshold")
+    }
     if listen_url is not None:
         listen = libpq_kwargs(listen_url)
         listen.setdefault("application_name", kwargs["application_name"])
