@@ -6,7 +6,10 @@
  * the statement together; past it the call throws `LeaseTimeoutError` and the connection is
  * destroyed (so a stuck statement does not hold a pooled connection). The provider's own pool
  * also sets `statement_timeout` and `lock_timeout` on the server to 80% of the timeout, so the
- * server gives up first and cleanly (nothing applied).
+ * server gives up first and cleanly (nothing applied). Behind a pooler (`pooler`: see
+ * pooler.ts) each call is instead one simple query with its values bound on the client and the
+ * same timeouts set inside it; a timed-out call then sends no `pg_cancel_backend` (the process
+ * id a pooler reports is its own, not a server's): the server-side timeout ends the statement.
  *
  * Retries mirror the Python provider: a checkout that fails to connect is tried once more
  * (nothing was sent); a read whose connection broke is sent once more; a write that may have
@@ -16,6 +19,7 @@
 import type { Pool, PoolClient } from 'pg';
 
 import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './errors.js';
+import { render, timeoutPrefix, type Pooler } from './pooler.js';
 
 /** A statement's rows, each an array of column values in the catalogue's column order. */
 export type Row = unknown[];
@@ -25,19 +29,27 @@ export interface ExecutorOptions {
   timeoutMs: number;
   where: string;
   table: string;
+  /** The pool reaches PostgreSQL through a connection pooler (see pooler.ts). */
+  pooler?: Pooler | undefined;
 }
+
+/** The server-side statement and lock timeout, as a share of the client-side timeout. */
+export const SERVER_SHARE = 0.8;
 
 export class Executor {
   readonly #pool: Pool;
   readonly #timeoutMs: number;
   readonly #where: string;
   readonly #table: string;
+  /** Behind a pooler: the `SET LOCAL` timeouts that start every query; else undefined. */
+  readonly #prefix: string | undefined;
 
   constructor(options: ExecutorOptions) {
     this.#pool = options.pool;
     this.#timeoutMs = options.timeoutMs;
     this.#where = options.where;
     this.#table = options.table;
+    this.#prefix = options.pooler === undefined ? undefined : timeoutPrefix(options.timeoutMs * SERVER_SHARE);
   }
 
   get timeoutMs(): number {
@@ -51,6 +63,13 @@ export class Executor {
    * per-statement path of every lease operation, and the benchmark holds it to raw `pg`.
    */
   run(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
+    const prefix = this.#prefix;
+    let simple: string | undefined;
+    try {
+      if (prefix !== undefined) simple = prefix + render(text, values);
+    } catch (error) {
+      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    }
     return new Promise<Row[]>((resolve, reject) => {
       let settled = false;
       let sent = false;
@@ -72,20 +91,24 @@ export class Executor {
         client.release(true); // destroy: the statement must not keep a pooled connection
         // A backend waiting on a lock does not notice its client left: ask the server to
         // cancel the statement too (best effort, in the background; the outcome stays unknown).
-        if (typeof pid === 'number') this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined);
+        if (prefix === undefined && typeof pid === 'number') this.#pool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => undefined);
         fail(this.#timeout(operation, write));
       }, Math.max(0, ms ?? this.#timeoutMs));
       const query = (client: PoolClient): void => {
         sent = true;
         current = client;
-        client.query<Row>({ text, values, rowMode: 'array' }, (error: Error | null | undefined, result) => {
+        const config = simple === undefined ? { text, values, rowMode: 'array' } : { text: simple, rowMode: 'array' };
+        client.query<Row>(config, (error: Error | null | undefined, result) => {
           if (current !== client) return; // timed out: already destroyed and reported
           current = undefined;
           if (!error) {
             client.release();
             settled = true;
             clearTimeout(timer);
-            resolve(result.rows);
+            // A simple query of several statements answers one result each: the last is ours.
+            const results: unknown = result;
+            const last = (Array.isArray(results) ? results[results.length - 1] : result) as typeof result;
+            resolve(last.rows);
             return;
           }
           if (sqlState(error) !== undefined && !isConnectionFailure(error)) {

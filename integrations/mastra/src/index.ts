@@ -27,6 +27,7 @@ export {
   type Tenure,
   type ProviderOptions,
 } from './provider.js';
+export { type Pooler } from './pooler.js';
 export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
 export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
 export { ThreadLeases, threadTopic } from './thread-leases.js';

@@ -14,13 +14,12 @@ import type { Pool } from 'pg';
 import { buildStatements, catalogue, type Statements } from './catalogue.js';
 import { ContentionHints } from './contention.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
-import { Executor, type Row } from './execute.js';
+import { Executor, SERVER_SHARE, type Row } from './execute.js';
+import { checkPooler, type Pooler } from './pooler.js';
 import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
 
 /** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
 export const DEFAULT_TIMEOUT_MS = 5_000;
-/** The server-side statement and lock timeout, as a share of the client-side timeout. */
-const SERVER_SHARE = 0.8;
 
 /** What `acquireLease` returns: Mastra's `{ acquired, owner }`, plus the fence and expiry. */
 export interface AcquireResult {
@@ -63,6 +62,13 @@ export interface ProviderOptions {
   timeoutMs?: number | undefined;
   /** Connections of the provider's own pool (default 10; ignored with `{ pool }`). */
   maxConnections?: number | undefined;
+  /**
+   * The connection reaches PostgreSQL through a pooler such as PgBouncer, in `'transaction'`
+   * or `'session'` pooling: no startup parameter but `application_name`, and each call one
+   * simple query with its values bound on the client and the server-side timeouts set inside
+   * it (see pooler.ts). Default: straight to the server.
+   */
+  pooler?: Pooler | undefined;
 }
 
 /** Where a connection string points, without any password (for messages). */
@@ -90,13 +96,14 @@ export function poolWhere(pool: Pool): string {
 
 /**
  * The pool a provider (or PubSub) creates for a connection string: `max` connections, and
- * `statement_timeout`/`lock_timeout` at 80% of `timeoutMs` so the server gives up first.
+ * `statement_timeout`/`lock_timeout` at 80% of `timeoutMs` so the server gives up first (as
+ * startup parameters; behind a `pooler`, which refuses them, the executor sets them per query).
  *
  * The connect timeout is set on each new connection, not on the pool: a pool-level
  * `connectionTimeoutMillis` arms a timer on every checkout, even of an idle connection, and
  * the executor's deadline already bounds the wait for a checkout.
  */
-export function createPool(connectionString: string, timeoutMs: number, max: number): Pool {
+export function createPool(connectionString: string, timeoutMs: number, max: number, pooler?: Pooler): Pool {
   const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
   const connectMs = Math.ceil(timeoutMs);
   class TimedClient extends pg.Client {
@@ -107,8 +114,7 @@ export function createPool(connectionString: string, timeoutMs: number, max: num
   const pool = new pg.Pool({
     connectionString,
     max,
-    statement_timeout: serverMs,
-    lock_timeout: serverMs,
+    ...(pooler === undefined ? { statement_timeout: serverMs, lock_timeout: serverMs } : {}),
     application_name: 'sql_lease_mastra',
     allowExitOnIdle: true,
     Client: TimedClient,
@@ -155,6 +161,7 @@ export class PostgresLeaseProvider {
     const timeoutMs = checkTimeout('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
     const max = options.maxConnections ?? 10;
     if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
+    const pooler = checkPooler(options.pooler);
     let where: string;
     if ('pool' in connection) {
       const pool = connection.pool as unknown;
@@ -165,7 +172,7 @@ export class PostgresLeaseProvider {
       this.#ownsPool = false;
       where = poolWhere(connection.pool);
     } else if (typeof (connection as { connectionString?: unknown }).connectionString === 'string') {
-      this.#pool = createPool(connection.connectionString, timeoutMs, max);
+      this.#pool = createPool(connection.connectionString, timeoutMs, max, pooler);
       this.#ownsPool = true;
       where = describeWhere(connection.connectionString);
     } else {
@@ -174,7 +181,7 @@ export class PostgresLeaseProvider {
     this.#table = table;
     this.#schema = schema;
     this.#sql = buildStatements(table, schema);
-    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: this.#sql.table });
+    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: this.#sql.table, pooler });
   }
 
   /** The leases table's name. */

@@ -9,10 +9,13 @@ import type { Pool } from 'pg';
 import { catalogue } from './catalogue.js';
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
 import { createPool, DEFAULT_TIMEOUT_MS, describeWhere, poolWhere, type ConnectionOptions, type ProviderOptions } from './provider.js';
+import { checkPooler, type Pooler } from './pooler.js';
 import { checkIdentifier, checkMs, checkTimeout } from './validate.js';
 
 export interface PubSubLogger {
   error(message: string, ...args: unknown[]): void;
+  /** Where it says how it learns of new events (default `console.info`). */
+  info?(message: string, ...args: unknown[]): void;
 }
 
 export interface PubSubOptions extends ProviderOptions {
@@ -30,6 +33,12 @@ export interface PubSubOptions extends ProviderOptions {
   batchSize?: number | undefined;
   /** Where delivery failures are reported (default `console`). */
   logger?: PubSubLogger | undefined;
+  /**
+   * A connection string straight to the server for the LISTEN connection, when the main one
+   * goes through a transaction pooler (which cannot carry LISTEN). Without it, behind
+   * `pooler: 'transaction'`, subscribed topics are read every `pollIntervalMs`.
+   */
+  listenConnectionString?: string | undefined;
 }
 
 export const DEFAULT_RETENTION_MS = 86_400_000;
@@ -55,6 +64,8 @@ export interface Settings {
   batch: number;
   logger: PubSubLogger;
   maxConnections: number;
+  pooler: Pooler | undefined;
+  listenConnectionString: string | undefined;
 }
 
 /** Check `options` (throws `LeaseTypeError`/`LeaseRangeError` naming the option). */
@@ -68,6 +79,10 @@ export function settings(options: PubSubOptions): Settings {
   if (typeof logger.error !== 'function') throw new LeaseTypeError('logger must have an error() method');
   const max = options.maxConnections ?? DEFAULTS.maxConnections;
   if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
+  const listen: unknown = options.listenConnectionString;
+  if (listen !== undefined && (typeof listen !== 'string' || listen === '')) {
+    throw new LeaseTypeError('listenConnectionString must be a non-empty string');
+  }
   return {
     table: checkIdentifier('table', options.table ?? catalogue.naming.default_table),
     schema: options.schema === undefined ? undefined : checkIdentifier('schema', options.schema),
@@ -80,6 +95,8 @@ export function settings(options: PubSubOptions): Settings {
     batch,
     logger,
     maxConnections: max,
+    pooler: checkPooler(options.pooler),
+    listenConnectionString: listen,
   };
 }
 
@@ -88,11 +105,14 @@ export interface Connection {
   pool: Pool;
   ownsPool: boolean;
   connectionString: string | undefined;
+  /** Where the LISTEN connection goes: `listenConnectionString`, else `connectionString`. */
+  listenConnectionString: string | undefined;
   /** Where it points, without any password (for messages). */
   where: string;
 }
 
-export function connect(connection: ConnectionOptions, timeoutMs: number, max: number): Connection {
+export function connect(connection: ConnectionOptions, s: Settings): Connection {
+  const { timeoutMs, maxConnections: max, pooler } = s;
   if (typeof connection !== 'object' || connection === null) {
     throw new LeaseTypeError('connection must be { connectionString } or { pool }');
   }
@@ -101,20 +121,23 @@ export function connect(connection: ConnectionOptions, timeoutMs: number, max: n
     if (typeof pool !== 'object' || pool === null || typeof (pool as Pool).connect !== 'function') {
       throw new LeaseTypeError('pool must be a node-postgres Pool');
     }
-    return { pool: connection.pool, ownsPool: false, connectionString: undefined, where: poolWhere(connection.pool) };
+    const listen = s.listenConnectionString;
+    return { pool: connection.pool, ownsPool: false, connectionString: undefined, listenConnectionString: listen, where: poolWhere(connection.pool) };
   }
   if (typeof (connection as { connectionString?: unknown }).connectionString === 'string') {
     const { connectionString } = connection;
-    return { pool: createPool(connectionString, timeoutMs, max), ownsPool: true, connectionString, where: describeWhere(connectionString) };
+    const pool = createPool(connectionString, timeoutMs, max, pooler);
+    const listen = s.listenConnectionString ?? connectionString;
+    return { pool, ownsPool: true, connectionString, listenConnectionString: listen, where: describeWhere(connectionString) };
   }
   throw new LeaseTypeError('connection must be { connectionString: string } or { pool }');
 }
 
 /** The dedicated LISTEN connection: a client of its own, or a checkout of the caller's pool. */
 export async function listenConnection(connection: Connection, timeoutMs: number): Promise<pg.Client | pg.PoolClient> {
-  if (connection.connectionString === undefined) return connection.pool.connect();
+  if (connection.listenConnectionString === undefined) return connection.pool.connect();
   const client = new pg.Client({
-    connectionString: connection.connectionString,
+    connectionString: connection.listenConnectionString,
     application_name: 'sql_lease_mastra_listen',
     connectionTimeoutMillis: Math.ceil(timeoutMs),
     keepAlive: true,

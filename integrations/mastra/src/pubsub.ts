@@ -77,11 +77,12 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     const s = settings(options);
     this.#settings = s;
     this.#logger = s.logger;
-    this.#connection = connect(connection, s.timeoutMs, s.maxConnections);
+    this.#connection = connect(connection, s);
     const pool: Pool = this.#connection.pool;
-    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs });
+    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler });
     this.#sql = buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`);
-    this.#run = new Executor({ pool, timeoutMs: s.timeoutMs, where: this.#connection.where, table: this.#sql.qualified.events });
+    const where = this.#connection.where;
+    this.#run = new Executor({ pool, timeoutMs: s.timeoutMs, where, table: this.#sql.qualified.events, pooler: s.pooler });
     this.#delivery = new Delivery({
       run: this.#run,
       sql: this.#sql,
@@ -139,19 +140,25 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
   async #start(): Promise<void> {
     const s = this.#settings;
     await checkEventSchema({ run: this.#run, sql: this.#sql, table: s.table, schema: s.schema, where: this.#connection.where });
-    const listener = new Listener({
-      connect: () => listenConnection(this.#connection, this.#run.timeoutMs),
-      channel: this.#sql.names.channel,
-      onTopic: (topic) => this.#delivery.wake(topic),
-      onResume: () => void this.#delivery.wakeAll(),
-      onError: (error) => this.#logger.error('[PostgresPubSub] listening connection failed; reconnecting', describe(error)),
-    });
-    await listener.start();
-    if (this.#closed) {
-      await listener.close();
-      throw new LeaseError('the PostgresPubSub is closed');
+    if (s.pooler === 'transaction' && s.listenConnectionString === undefined) {
+      // LISTEN needs a session of its own, which a transaction pooler never keeps.
+      const info = this.#logger.info?.bind(this.#logger) ?? console.info;
+      info(`[PostgresPubSub] behind a transaction pooler without listenConnectionString: reading subscribed topics every ${s.pollIntervalMs} ms, no LISTEN`);
+    } else {
+      const listener = new Listener({
+        connect: () => listenConnection(this.#connection, this.#run.timeoutMs),
+        channel: this.#sql.names.channel,
+        onTopic: (topic) => this.#delivery.wake(topic),
+        onResume: () => void this.#delivery.wakeAll(),
+        onError: (error) => this.#logger.error('[PostgresPubSub] listening connection failed; reconnecting', describe(error)),
+      });
+      await listener.start();
+      if (this.#closed) {
+        await listener.close();
+        throw new LeaseError('the PostgresPubSub is closed');
+      }
+      this.#listener = listener;
     }
-    this.#listener = listener;
     this.#delivery.every(s.pollIntervalMs, () => void this.#delivery.wakeAll());
     if (s.cleanupIntervalMs > 0) {
       this.#delivery.every(s.cleanupIntervalMs, () => {

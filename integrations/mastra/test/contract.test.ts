@@ -1,6 +1,8 @@
 /**
  * The contract suite (SPEC §3 row by row, and §4's bad input), mirroring the Python
- * tests/contract/test_semantics.py and test_bad_input.py case for case.
+ * tests/contract/test_semantics.py and test_bad_input.py case for case. With
+ * `SQL_LEASE_TS_POOLER=transaction` (contract-pgbouncer.test.ts) the provider runs through a
+ * real PgBouncer in transaction pooling, with `pooler: 'transaction'`.
  */
 
 import assert from 'node:assert/strict';
@@ -11,6 +13,7 @@ import pg from 'pg';
 
 import { LeaseError, PostgresLeaseProvider, type Lease } from '../src/index.js';
 import { createDatabase, sleep, type TestDatabase } from './helpers.js';
+import { startPgBouncer, type Bouncer } from './pgbouncer.js';
 
 const SHORT = 150; // ms: leases that the test lets expire
 const WAIT = 300; // ms: comfortably past SHORT
@@ -19,6 +22,8 @@ const YEAR = 365 * 24 * 3600 * 1000;
 
 let db: TestDatabase;
 let provider: PostgresLeaseProvider;
+let bouncer: Bouncer | undefined;
+const POOLED = process.env.SQL_LEASE_TS_POOLER === 'transaction';
 
 const expire = (): Promise<void> => sleep(WAIT);
 
@@ -36,11 +41,18 @@ async function lease(key: string): Promise<Lease> {
 
 before(async () => {
   db = await createDatabase();
-  provider = new PostgresLeaseProvider({ connectionString: db.url }, { timeoutMs: 10_000 });
+  if (POOLED) {
+    bouncer = await startPgBouncer('transaction');
+    const url = bouncer.url(new URL(db.url).pathname.slice(1));
+    provider = new PostgresLeaseProvider({ connectionString: url }, { timeoutMs: 10_000, pooler: 'transaction' });
+  } else {
+    provider = new PostgresLeaseProvider({ connectionString: db.url }, { timeoutMs: 10_000 });
+  }
 });
 
 after(async () => {
   await provider.close();
+  await bouncer?.stop();
   await db.drop();
 });
 
