@@ -1,7 +1,8 @@
 /**
  * Python (sql_lease.SqlLeaseProvider) and Node (PostgresLeaseProvider) processes on one leases
  * table: racing on hot keys with short TTLs, every grant recorded in database time, zero
- * overlaps and fences strictly increasing; and transfers from one language renewed by the other.
+ * overlaps and fences strictly increasing (once with the Node processes behind a real PgBouncer in
+ * transaction pooling); and transfers from one language renewed by the other.
  */
 
 import assert from 'node:assert/strict';
@@ -16,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { PostgresLeaseProvider } from '../src/index.js';
 import { checkHistory, type HistoryEvent } from './history.js';
 import { createDatabase, PACKAGE_DIR, PYTHON, python, REPO_DIR, type TestDatabase } from './helpers.js';
+import { startPgBouncer } from './pgbouncer.js';
 
 const PEER = `${PACKAGE_DIR}test/py/peer.py`;
 const NODE_WORKER = fileURLToPath(new URL('./workers/hammer.js', import.meta.url));
@@ -102,14 +104,26 @@ function start(command: string, args: string[], cwd: string): Worker {
   return { child, ready, done, stderr: () => err.trim() };
 }
 
-test('Python and Node processes racing on hot keys never see two live owners', async () => {
+test('Python and Node processes racing on hot keys never see two live owners', () => race(db.url));
+
+test('Node processes through PgBouncer (transaction pooling) racing Python processes direct never see two live owners', async () => {
+  const bouncer = await startPgBouncer('transaction', 4);
+  try {
+    await race(bouncer.url(new URL(db.url).pathname.slice(1)), 'transaction');
+  } finally {
+    await bouncer.stop();
+  }
+});
+
+/** Two Python and two Node processes on three hot keys; the Node ones on `nodeUrl` (with `pooler`). */
+async function race(nodeUrl: string, pooler?: 'transaction'): Promise<void> {
   const run = randomBytes(4).toString('hex');
   const keys = JSON.stringify([`${run}\0hot\0a`, `${run}\0hot\0b`, `${run}\0hot`]);
   const workers = [
     start(PYTHON, [PEER, 'hammer', db.url, 'py0', String(SECONDS), '100', keys], REPO_DIR),
     start(PYTHON, [PEER, 'hammer', db.url, 'py1', String(SECONDS), '101', keys], REPO_DIR),
-    start(process.execPath, [NODE_WORKER, db.url, 'js0', String(SECONDS), '200', keys], PACKAGE_DIR),
-    start(process.execPath, [NODE_WORKER, db.url, 'js1', String(SECONDS), '201', keys], PACKAGE_DIR),
+    start(process.execPath, [NODE_WORKER, nodeUrl, 'js0', String(SECONDS), '200', keys, pooler ?? ''], PACKAGE_DIR),
+    start(process.execPath, [NODE_WORKER, nodeUrl, 'js1', String(SECONDS), '201', keys, pooler ?? ''], PACKAGE_DIR),
   ];
   await Promise.all(workers.map((w) => w.ready));
   for (const w of workers) w.child.stdin!.end('go\n');
@@ -147,8 +161,8 @@ test('Python and Node processes racing on hot keys never see two live owners', a
   const crossNamed = events.filter((e) => !e.ok && e.op === 'acquire' && e.holder?.startsWith(e.lang === 'node' ? 'py' : 'js'));
   assert.ok(crossNamed.length > 0, `no acquire lost to the other language: ${stats}`);
   const reruns = workers.map((w) => w.stderr()).filter(Boolean).join('; ');
-  console.log(`cross-language race: ${stats}, node->python ${nodeToPython}, python->node ${pythonToNode}; ${reruns}`);
-});
+  console.log(`cross-language race${pooler ? ' (node through pgbouncer)' : ''}: ${stats}, node->python ${nodeToPython}, python->node ${pythonToNode}; ${reruns}`);
+}
 
 async function pythonOps(calls: unknown[][]): Promise<unknown[]> {
   return JSON.parse(await python([PEER, 'ops', db.url], JSON.stringify(calls))) as unknown[];

@@ -1,5 +1,5 @@
 /**
- * The Node side of the cross-language race: `node hammer.js URL WORKER SECONDS SEED KEYS_JSON`.
+ * The Node side of the cross-language race: `node hammer.js URL WORKER SECONDS SEED KEYS_JSON [POOLER]`.
  * Prints `ready`, waits for a line on stdin, runs random acquire/renew/transfer/release on the
  * hot keys with short TTLs for SECONDS, then prints its events as JSON (times in database time,
  * epoch milliseconds), the same shape as test/py/peer.py's.
@@ -10,7 +10,7 @@ import { once } from 'node:events';
 import { PostgresLeaseProvider } from '../../src/index.js';
 import type { HistoryEvent } from '../history.js';
 
-const [url, worker, seconds, seed, keysJson] = process.argv.slice(2) as [string, string, string, string, string];
+const [url, worker, seconds, seed, keysJson, pooler] = process.argv.slice(2) as [string, string, string, string, string, string?];
 const keys = JSON.parse(keysJson) as string[];
 
 // A small deterministic generator (mulberry32), so a failing run can be replayed by seed.
@@ -25,7 +25,10 @@ function random(): number {
 const choice = <T>(items: T[]): T => items[Math.floor(random() * items.length)]!;
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-const provider = new PostgresLeaseProvider({ connectionString: url }, { timeoutMs: 10_000, maxConnections: 4 });
+const provider = new PostgresLeaseProvider(
+  { connectionString: url },
+  { timeoutMs: 10_000, maxConnections: 4, pooler: pooler === 'transaction' ? 'transaction' : undefined },
+);
 const events: HistoryEvent[] = [];
 const held = new Map<string, [string, bigint]>();
 let serial = 0;
