@@ -68,7 +68,7 @@ export class Executor {
     try {
       if (prefix !== undefined) simple = prefix + render(text, values);
     } catch (error) {
-      return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+      return Promise.reject(error as Error); // a value render cannot send: nothing was sent
     }
     return new Promise<Row[]>((resolve, reject) => {
       let settled = false;

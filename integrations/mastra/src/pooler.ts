@@ -15,6 +15,8 @@
  * their types from the statement as it does for `$n`.
  */
 
+import pg from 'pg';
+
 import { LeaseTypeError } from './errors.js';
 
 export type Pooler = 'transaction' | 'session';
@@ -48,9 +50,9 @@ export function literal(value: unknown): string {
 
 function quote(text: string): string {
   if (text.includes('\0')) throw new LeaseTypeError('a text value cannot contain NUL');
-  const doubled = text.replaceAll("'", "''");
-  // E'' reads backslashes the same whatever standard_conforming_strings says.
-  return text.includes('\\') ? `E'${doubled.replaceAll('\\', '\\\\')}'` : `'${doubled}'`;
+  // node-postgres's own quoting: E'' (read alike whatever standard_conforming_strings says)
+  // when the text has a backslash, after a space this drops.
+  return pg.escapeLiteral(text).trimStart();
 }
 
 /** A statement split at its `$n` placeholders: `parts[i]`, value `slots[i]`, `parts[i + 1]`... */

@@ -43,7 +43,7 @@ before(async () => {
   db = await createDatabase();
   if (POOLED) {
     bouncer = await startPgBouncer('transaction');
-    const url = bouncer.url(new URL(db.url).pathname.slice(1));
+    const url = bouncer.url(db.name);
     provider = new PostgresLeaseProvider({ connectionString: url }, { timeoutMs: 10_000, pooler: 'transaction' });
   } else {
     provider = new PostgresLeaseProvider({ connectionString: db.url }, { timeoutMs: 10_000 });

@@ -109,7 +109,7 @@ test('Python and Node processes racing on hot keys never see two live owners', (
 test('Node processes through PgBouncer (transaction pooling) racing Python processes direct never see two live owners', async () => {
   const bouncer = await startPgBouncer('transaction', 4);
   try {
-    await race(bouncer.url(new URL(db.url).pathname.slice(1)), 'transaction');
+    await race(bouncer.url(db.name), 'transaction');
   } finally {
     await bouncer.stop();
   }

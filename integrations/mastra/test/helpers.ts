@@ -44,6 +44,8 @@ function withDatabase(url: string, database: string): string {
 
 export interface TestDatabase {
   url: string;
+  /** The database's name (for a URL to it through a pooler). */
+  name: string;
   /** Empty the leases table(s) between tests. */
   truncate(table?: string): Promise<void>;
   /** A plain client on the database, for what a test needs besides the provider. */
@@ -75,6 +77,7 @@ export async function createDatabase(tables: { table?: string; schema?: string }
   };
   return {
     url,
+    name,
     client: open,
     async truncate(table = 'leases') {
       const client = await open();

@@ -31,7 +31,7 @@ function provider(options: { timeoutMs?: number; maxConnections?: number } = {})
 before(async () => {
   db = await createDatabase();
   bouncer = await startPgBouncer('transaction', 8);
-  pooled = bouncer.url(new URL(db.url).pathname.slice(1));
+  pooled = bouncer.url(db.name);
 });
 
 after(async () => {
