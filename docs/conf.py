@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import sql_lease
+from sql_lease import migrate
 
 project = "sql_lease"
 author = "sql_lease developers"
@@ -46,3 +48,10 @@ linkcheck_ignore = [r"https?://.*"]
 
 # Importing alembic.autogenerate (for autodoc) logs its plugins at INFO; keep the build quiet.
 logging.getLogger("alembic").setLevel(logging.WARNING)
+
+# The schema reference shows the DDL the migrations emit (offline, no database), written at each
+# build so that it can never drift from them.
+_GENERATED = Path(__file__).parent / "_generated"
+_GENERATED.mkdir(exist_ok=True)
+(_GENERATED / "upgrade-postgresql.sql").write_text(str(migrate.upgrade(None, sql=True)))
+exclude_patterns.append("_generated")
