@@ -314,7 +314,7 @@ def _otel_observer() -> tuple[Any, Any]:
     except ImportError as exc:
         raise SystemExit(
             f"--observer otel needs the OpenTelemetry SDK ({exc}):"
-            " pip install 'sql-lease[otel]' opentelemetry-sdk"
+            " pip install -e '.[otel]' opentelemetry-sdk (in this checkout)"
         ) from exc
     reader = InMemoryMetricReader()
     return OpenTelemetryObserver(MeterProvider(metric_readers=[reader])), reader

@@ -2,7 +2,7 @@
 
     SQL_LEASE_DATABASE_URL=postgresql://postgres@localhost/db python examples/sync_quickstart.py
 
-Needs the ``sync`` extra for PostgreSQL (``pip install 'sql-lease[sync]'``); a
+Needs the ``sync`` extra for PostgreSQL (``pip install '.[sync]'`` in a checkout); a
 ``sqlite:///leases.db`` URL needs nothing more. Applies the migrations first (idempotent).
 """
 

@@ -1,7 +1,7 @@
 """The ``sql-lease`` command line (``python -m sql_lease``); needs the ``cli`` extra.
 
-Installed with ``pip install 'sql-lease[cli]'`` (click and rich), which the core library does
-not require. `main` is the console script's entry point.
+Installed with the ``cli`` extra (click and rich; `sql_lease._install.pip_install` says how),
+which the core library does not require. `main` is the console script's entry point.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .._install import pip_install
+
 __all__ = ["main"]
 
-_EXTRA = "the sql-lease command line needs click and rich: pip install 'sql-lease[cli]'"
+_EXTRA = f"the sql-lease command line needs click and rich: {pip_install('cli')}"
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from sql_lease._install import pip_install
+
 from .conftest import Cli
 
 SECRET = "Sup3r-Secret"
@@ -110,7 +112,8 @@ def test_without_the_cli_extra_a_clear_message_names_the_install_command() -> No
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 2
-    assert "pip install 'sql-lease[cli]'" in result.stderr and "Traceback" not in result.stderr
+    assert pip_install("cli") in result.stderr and "Traceback" not in result.stderr
+    assert "git+https://" in result.stderr  # the route that works before a release
 
 
 def test_without_a_command_the_help_goes_to_stderr_with_exit_2(cli: Cli) -> None:

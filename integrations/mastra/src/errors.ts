@@ -85,6 +85,13 @@ export class LeaseTimeoutError extends LeaseDatabaseError {}
 /** The leases table is missing or not at the schema version this package needs. */
 export class LeaseSchemaError extends LeaseDatabaseError {}
 
+/**
+ * How to get the `sql-lease` command that migrates a database, said in one place. The Python
+ * package is not on PyPI yet, so this names the git route that works today.
+ */
+export const PIP_INSTALL_CLI =
+  'pip install "sql-lease[cli] @ git+https://<host>/<owner>/sql_lease.git", not on PyPI yet';
+
 // SQLSTATEs whose statement certainly did not take effect: it was cancelled or never ran.
 const TIMEOUT_STATES = new Set(['57014', '55P03']); // query_canceled, lock_not_available
 const SCHEMA_STATES = new Set(['42P01', '42703', '42704', '42883']); // undefined table/column/object
@@ -151,7 +158,7 @@ export function translate(error: unknown, context: TranslateContext): LeaseError
       return new LeaseSchemaError(
         `${operation}: the leases table ${table} or its fence sequence is missing or out of date in ` +
           `${where} (${detail(error)}); apply the migrations to this database: ` +
-          '`sql-lease migrate --url ...` (pip install "sql-lease[cli]") or `alembic upgrade head`',
+          `\`sql-lease migrate --url ...\` (${PIP_INSTALL_CLI}) or \`alembic upgrade head\``,
         base,
       );
     }

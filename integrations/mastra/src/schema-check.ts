@@ -5,7 +5,7 @@
  */
 
 import { catalogue } from './catalogue.js';
-import { LeaseSchemaError } from './errors.js';
+import { LeaseSchemaError, PIP_INSTALL_CLI } from './errors.js';
 import { EVENTS_REVISION, type EventStatements } from './events-sql.js';
 import type { Executor, Row } from './execute.js';
 
@@ -44,7 +44,7 @@ async function schemaError(target: SchemaTarget, problem: string, cause?: LeaseS
   return new LeaseSchemaError(
     `ready: the event tables of ${target.sql.qualified.events} ${problem} in ${target.where}, which ${at}; ` +
       `PostgresPubSub needs revision ${EVENTS_REVISION} of sql_lease's migrations: run ` +
-      `\`sql-lease migrate --url ...${flags}\` (pip install "sql-lease[cli]") or \`alembic upgrade head\``,
+      `\`sql-lease migrate --url ...${flags}\` (${PIP_INSTALL_CLI}) or \`alembic upgrade head\``,
     { operation: 'ready', sqlState: cause?.sqlState, cause },
   );
 }

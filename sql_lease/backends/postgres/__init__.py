@@ -26,6 +26,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._dberrors import Failure
 from ..._deadlines import server_millis
+from ..._install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
@@ -106,7 +107,7 @@ class PostgresBackend:
             from . import psycopg_driver
         except ImportError as exc:
             raise LeaseValueError(
-                'pooler="transaction" runs on psycopg 3: pip install "sql-lease[pooler]"'
+                f'pooler="transaction" runs on psycopg 3: {pip_install("pooler")}'
             ) from exc
         return psycopg_driver.engine_url(url)
 
