@@ -166,8 +166,8 @@ async def test_listing_shows_foreign_rows_in_hex_and_goes_on(provider: tuple[Any
     by_key = {x.key: x for x in listed}
     assert by_key["normal"].owner == "n" and not isinstance(by_key["normal"], ForeignLease)
     surrogate = [x for x in listed if x.key.startswith("wtf")]
-    if surrogate:
-        assert surrogate[0].key == SURROGATE and not isinstance(surrogate[0], ForeignLease)
+    assert len(surrogate) == 1, listed  # WTF-8 is not foreign
+    assert surrogate[0].key == SURROGATE and not isinstance(surrogate[0], ForeignLease)
     bad_owner = by_key["good"]
     assert isinstance(bad_owner, ForeignLease)
     assert (bad_owner.owner_bytes, bad_owner.owner) == (BAD_OWNER, "\\x" + BAD_OWNER.hex())
