@@ -19,7 +19,9 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import Lease
 
-#: Name -> the database defaults (``ALTER DATABASE d SET <clause>``) of that case.
+#: Name -> the database defaults (``ALTER DATABASE d SET <clause>``) of that case; a name
+#: starting with ``role_``: the role's defaults in that database (``ALTER ROLE ... IN
+#: DATABASE d SET``).
 SETTINGS: dict[str, tuple[str, ...]] = {
     "scs_off": ("standard_conforming_strings = off", "escape_string_warning = off"),
     "datestyle_sql_dmy": ("DateStyle = 'SQL, DMY'",),
@@ -38,6 +40,12 @@ SETTINGS: dict[str, tuple[str, ...]] = {
         "TimeZone = 'Asia/Kathmandu'",
         "extra_float_digits = -15",
         "bytea_output = escape",
+        "backslash_quote = on",
+    ),
+    "role_legacy": (
+        "standard_conforming_strings = off",
+        "DateStyle = 'German'",
+        "client_encoding = 'SJIS'",
         "backslash_quote = on",
     ),
 }
@@ -65,15 +73,17 @@ def server_dsn(url: str) -> str:
     )
 
 
-def clone(template_url: str, clauses: tuple[str, ...]) -> str:
-    """A copy of the migrated database at ``template_url`` with ``clauses`` as its defaults."""
+def clone(template_url: str, clauses: tuple[str, ...], *, role: bool = False) -> str:
+    """A copy of the migrated database at ``template_url`` with ``clauses`` as its defaults
+    (``role``: as the connecting role's defaults in that database)."""
     parsed = make_url(template_url)
     name = f"sql_lease_hostile_{uuid.uuid4().hex[:10]}"
     admin = server_dsn(template_url).replace(f"dbname={parsed.database}", "dbname=postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{parsed.database}"')
+        target = f'ROLE "{parsed.username or "postgres"}" IN DATABASE' if role else "DATABASE"
         for clause in clauses:
-            conn.execute(f'ALTER DATABASE "{name}" SET {clause}')
+            conn.execute(f'ALTER {target} "{name}" SET {clause}')
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 

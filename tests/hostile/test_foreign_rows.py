@@ -212,3 +212,21 @@ def test_the_command_line_lists_foreign_rows_marked(
     code, out = _cli("get", "good", "--json", *where)
     assert code != 0 and b"good".hex() in out
     assert "Traceback" not in out
+
+
+async def test_an_unreadable_foreign_time_is_a_lease_error_and_its_connection_closes_cleanly(
+    foreign_url: str, bouncer: PgBouncer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pooled = bouncer.url(make_url(foreign_url).database or "postgres")
+    async with SqlLeaseProvider.from_url(pooled, timeout=10, pooler="transaction") as p:
+        _rewrite(foreign_url, [("DELETE FROM leases", ())])
+        assert (await p.acquire_lease("forever", "o", TTL)).acquired
+        _rewrite(
+            foreign_url,
+            [("UPDATE leases SET expires_at = 'infinity' WHERE key = ?", (b"forever",))],
+        )
+        with pytest.raises(LeaseDatabaseError, match="infinity"):
+            await p.get_lease("forever")
+        # The connection was dropped inside a greenlet: no MissingGreenlet traceback.
+        assert "MissingGreenlet" not in caplog.text
+        assert (await p.acquire_lease("next", "o", TTL)).acquired

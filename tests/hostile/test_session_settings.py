@@ -62,7 +62,7 @@ def bouncer(pg_server: object) -> Iterator[PgBouncer]:
 @pytest.fixture(scope="module", params=list(SETTINGS))
 def setting_url(request: pytest.FixtureRequest, template_url: str) -> Iterator[str]:
     """A copy of the migrated database with one case's defaults."""
-    url = clone(template_url, SETTINGS[request.param])
+    url = clone(template_url, SETTINGS[request.param], role=request.param.startswith("role_"))
     yield url
     drop(url)
 
