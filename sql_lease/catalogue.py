@@ -97,7 +97,7 @@ def decode_row(statement: Statement[T], row: Row, key: bytes) -> T:
     try:
         return statement.decode(row)
     except LeaseForeignRowError as exc:
-        raise exc.of_key(key) from None
+        raise exc.of_key(key) from exc.__cause__  # the UnicodeDecodeError
 
 
 def decode_acquire(row: Row) -> AcquireRow:

@@ -90,9 +90,7 @@ class LeaseForeignRowError(LeaseDatabaseError, ValueError):
 
     def of_key(self, key: bytes) -> LeaseForeignRowError:
         """The same error naming ``key`` (for a row whose statement returned no key)."""
-        found = LeaseForeignRowError(key, self.column, self.value, operation=self.operation)
-        found.__cause__ = self.__cause__
-        return found
+        return LeaseForeignRowError(key, self.column, self.value, operation=self.operation)
 
 
 class LeaseSchemaError(LeaseDatabaseError):

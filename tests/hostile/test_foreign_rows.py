@@ -134,10 +134,11 @@ async def provider(
 
 
 def _check(err: pytest.ExceptionInfo[LeaseForeignRowError], key: bytes) -> None:
-    assert isinstance(err.value, LeaseError | LeaseDatabaseError | ValueError)
+    assert isinstance(err.value, LeaseError)
     assert isinstance(err.value, LeaseDatabaseError) and isinstance(err.value, ValueError)
     assert key.hex() in str(err.value)
     assert not isinstance(err.value, UnicodeDecodeError)
+    assert isinstance(err.value.__cause__, UnicodeDecodeError)  # chained, as every error
 
 
 async def test_reads_of_a_foreign_owner_raise_a_lease_error_naming_the_key_in_hex(
