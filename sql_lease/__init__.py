@@ -4,7 +4,7 @@ One owner per key across processes, with atomic acquire, owner-checked release a
 gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contract.
 """
 
-from ._contract import AcquireResult, Lease, LeaseProvider, is_lease_provider
+from ._contract import AcquireResult, ForeignLease, Lease, LeaseProvider, is_lease_provider
 from ._exclusive import exclusive
 from ._held import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider
@@ -18,6 +18,7 @@ from .errors import (
     LeaseConnectionError,
     LeaseDatabaseError,
     LeaseError,
+    LeaseForeignRowError,
     LeaseLost,
     LeaseNotAcquired,
     LeaseSchemaError,
@@ -34,6 +35,7 @@ __all__ = [
     "NOOP_LEASE_PROVIDER",
     "AcquireResult",
     "Coordinator",
+    "ForeignLease",
     "HeldLease",
     "Holder",
     "InMemoryLeaseProvider",
@@ -45,6 +47,7 @@ __all__ = [
     "LeaseError",
     "LeaseEvent",
     "LeaseEventKind",
+    "LeaseForeignRowError",
     "LeaseHook",
     "LeaseLost",
     "LeaseNotAcquired",

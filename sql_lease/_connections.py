@@ -145,7 +145,9 @@ class Connections:
     async def drop(self, fairy: PoolProxiedConnection) -> None:
         """Discard a broken connection (the pool opens a new one when needed)."""
         self._busy -= 1
-        fairy.invalidate()
+        # In a greenlet: closing an async driver's connection (psycopg's) awaits; called
+        # bare, SQLAlchemy logs MissingGreenlet and leaves the socket to the garbage collector.
+        await greenlet_spawn(fairy.invalidate)
         await self._return(fairy)
         await self._release_when_unused()
 

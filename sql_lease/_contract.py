@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-__all__ = ["LEASE_METHODS", "AcquireResult", "Lease", "LeaseProvider", "is_lease_provider"]
+__all__ = [
+    "LEASE_METHODS",
+    "AcquireResult",
+    "ForeignLease",
+    "Lease",
+    "LeaseProvider",
+    "is_lease_provider",
+]
 
 #: The five methods that make an object a lease provider (structural detection).
 LEASE_METHODS = (
@@ -42,6 +49,17 @@ class Lease:
     fence: int
     expires_at: datetime
     acquired_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignLease(Lease):
+    """A live row that another tool wrote with a key or owner that is not UTF-8, as
+    `list_leases` shows it: ``key_bytes`` and ``owner_bytes`` are the stored bytes; ``key`` and
+    ``owner`` are their text when it is UTF-8, else ``\\x`` and the hex of the bytes (a label
+    for people: it names another key, so never pass it back to a lease call)."""
+
+    key_bytes: bytes = b""
+    owner_bytes: bytes = b""
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from ._validate import (
     check_ttl,
 )
 from .capabilities import Holder, Released, Renewal
+from .catalogue import decode_row
 from .errors import LeaseClosedError
 
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
@@ -145,7 +146,7 @@ class SqlExtensions(CoalescedCalls):
         wait = check_ttl(wait_ms)
         statement = self._sql.want
         rows = await self._run("want", True, statement.sql, (k, wait))
-        return statement.decode(rows[0]) if rows else None
+        return decode_row(statement, rows[0], k) if rows else None
 
     # -- fencing inside the caller's transaction (sql_lease._guard) ----------------------
 

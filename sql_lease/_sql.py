@@ -31,6 +31,7 @@ from ._validate import (
 from ._wait import POLL_S
 from .backends import backend_for, backend_for_url
 from .capabilities import WakeupSink, WakeupSource
+from .catalogue import decode_row, name_of
 from .errors import LeaseTypeError, LeaseValueError
 from .observer import LeaseObserver, check_observer
 from .schema import DEFAULT_TABLE
@@ -288,7 +289,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             if rows and rows[0][0] != o:
                 hints.held(k)
                 self.acquire_reads += 1
-                holder = sql.holder.decode(rows[0])
+                holder = decode_row(sql.holder, rows[0], k)
                 return AcquireResult(False, holder.owner, holder.fence, holder.expires_at)
             seconds = self._left(started)
         decode = sql.acquire.decode
@@ -310,7 +311,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             if rows and rows[0][3] != o:
                 hints.held(k)
                 won = decode(rows[0])
-                holder_name = won.holder.decode() if won.holder is not None else ""
+                holder_name = "" if won.holder is None else name_of(won.holder, "owner", k)
                 return AcquireResult(False, holder_name, won.fence, won.expires_at)
             # A concurrent writer committed after this statement's snapshot: neither won nor
             # saw the winner. Run again; the next snapshot sees it.
@@ -333,7 +334,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                 reads.leave()
         else:
             rows = await self._queued(reads, "get_lease_owner", False, (k,))
-        return statement.decode(rows[0]) if rows else None
+        return decode_row(statement, rows[0], k) if rows else None
 
     async def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` (owner, fence, times), or None."""
@@ -342,7 +343,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         rows = await self._one(self._lease_reads, "get_lease", False, statement.sql, (k,))
         if not rows:
             return None
-        owner, fence, expires_at, acquired_at = statement.decode(rows[0])
+        owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
         return Lease(key, owner, fence, expires_at, acquired_at)
 
     async def release_lease(self, key: str, owner: str) -> None:

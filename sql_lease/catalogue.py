@@ -6,7 +6,10 @@ column names and ``decode`` (one row -> a value). The async provider, the sync p
 the TypeScript client (through ``sql-lease sql --json``) run these very texts.
 
 Rows are sequences whose keys and owners are ``bytes`` and whose times are aware datetimes
-(each backend's driver adaptor makes them so); the decoders below are shared by the backends.
+(each backend's driver adaptor makes them so); the decoders below are shared by the backends
+and by the sync provider. Stored names are UTF-8 (lone surrogates as WTF-8: decoded with
+``surrogatepass``); bytes that are not, written by another tool, raise `LeaseForeignRowError`
+on reads (`name_of`), and `decode_list_live` shows such a row as a `ForeignLease`.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
-from ._contract import Lease
+from ._contract import ForeignLease, Lease
 from .capabilities import Holder, Released, Renewal
+from .errors import LeaseForeignRowError
 
 __all__ = [
     "WRITE_COLUMNS",
@@ -40,6 +44,9 @@ __all__ = [
     "decode_released",
     "decode_renewal",
     "decode_renewed_pair",
+    "decode_row",
+    "label",
+    "name_of",
 ]
 
 T = TypeVar("T")
@@ -75,21 +82,38 @@ class LeaseRow(NamedTuple):
     acquired_at: datetime
 
 
+def name_of(raw: bytes, column: str = "owner", key: bytes | None = None) -> str:
+    """A stored key or owner as text; `LeaseForeignRowError` (naming ``key``, or ``raw`` for
+    a key) when it is not UTF-8."""
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise LeaseForeignRowError(raw if column == "key" else key, column, raw) from exc
+
+
+def decode_row(statement: Statement[T], row: Row, key: bytes) -> T:
+    """``statement.decode(row)`` for a call on ``key``: a foreign row's error names it (the
+    row of a one-key read holds no key)."""
+    try:
+        return statement.decode(row)
+    except LeaseForeignRowError as exc:
+        raise exc.of_key(key) from exc.__cause__  # the UnicodeDecodeError
+
+
 def decode_acquire(row: Row) -> AcquireRow:
     return AcquireRow(bool(row[0]), row[1], row[2], row[3])
 
 
 def decode_owner(row: Row) -> str:
-    owner: bytes = row[0]
-    return owner.decode()
+    return name_of(row[0])
 
 
 def decode_holder(row: Row) -> Holder:
-    return Holder(row[0].decode(), row[1], row[2])
+    return Holder(name_of(row[0]), row[1], row[2])
 
 
 def decode_lease(row: Row) -> LeaseRow:
-    return LeaseRow(row[0].decode(), row[1], row[2], row[3])
+    return LeaseRow(name_of(row[0]), row[1], row[2], row[3])
 
 
 def decode_released(row: Row) -> Released:
@@ -105,12 +129,39 @@ def decode_renewed_pair(row: Row) -> tuple[tuple[bytes, bytes], Renewal]:
 
 
 def decode_force_release(row: Row) -> Holder:
-    """(previous owner, its fence, when it was ended)."""
-    return Holder(row[0].decode(), row[1], row[2])
+    """(previous owner, its fence, when it was ended). The row is already released: a
+    foreign owner is shown as its `label` rather than raising after the write."""
+    return Holder(label(bytes(row[0])), row[1], row[2])
+
+
+def _text(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+
+
+def label(raw: bytes) -> str:
+    """A stored name for people: its text, or ``\\x`` and its hex when it is not UTF-8."""
+    text = _text(raw)
+    return "\\x" + raw.hex() if text is None else text
 
 
 def decode_list_live(row: Row) -> Lease:
-    return Lease(row[0].decode(), row[1].decode(), row[2], row[3], row[4])
+    """A live row; one whose key or owner is not UTF-8 as a `ForeignLease` (never raises)."""
+    key, owner = bytes(row[0]), bytes(row[1])
+    key_text, owner_text = _text(key), _text(owner)
+    if key_text is not None and owner_text is not None:
+        return Lease(key_text, owner_text, row[2], row[3], row[4])
+    return ForeignLease(
+        label(key) if key_text is None else key_text,
+        label(owner) if owner_text is None else owner_text,
+        row[2],
+        row[3],
+        row[4],
+        key,
+        owner,
+    )
 
 
 def decode_now(row: Row) -> datetime:

@@ -15,6 +15,7 @@ __all__ = [
     "LeaseConnectionError",
     "LeaseDatabaseError",
     "LeaseError",
+    "LeaseForeignRowError",
     "LeaseLost",
     "LeaseNotAcquired",
     "LeaseSchemaError",
@@ -66,6 +67,30 @@ class LeaseConnectionError(LeaseDatabaseError, ConnectionError):
 
 class LeaseTimeoutError(LeaseDatabaseError, TimeoutError):
     """The operation did not finish within its configured timeout."""
+
+
+class LeaseForeignRowError(LeaseDatabaseError, ValueError):
+    """A row of the leases table holds a key or owner that is not UTF-8 (it was written by
+    another tool): it names no string this library could return.
+
+    ``key`` is the row's key (bytes; None when the statement did not return it and the caller
+    gave none), ``column`` ``"key"`` or ``"owner"``, ``value`` the bytes that failed. The
+    message names the key in hex. A read that meets such a row raises this; `list_leases`
+    shows the row as a `ForeignLease` instead and goes on.
+    """
+
+    def __init__(self, key: bytes | None, column: str, value: bytes, *, operation: str = ""):
+        self.key, self.column, self.value = key, column, value
+        named = "an unknown key" if key is None else f"key {key.hex()} (hex)"
+        super().__init__(
+            f"the lease row of {named} has a {column} that is not UTF-8 ({value.hex()} in hex):"
+            " written by another tool; read or delete it with SQL",
+            operation=operation,
+        )
+
+    def of_key(self, key: bytes) -> LeaseForeignRowError:
+        """The same error naming ``key`` (for a row whose statement returned no key)."""
+        return LeaseForeignRowError(key, self.column, self.value, operation=self.operation)
 
 
 class LeaseSchemaError(LeaseDatabaseError):

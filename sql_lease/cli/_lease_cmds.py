@@ -19,7 +19,16 @@ from .._sql import SqlLeaseProvider
 from ._errors import ExitCode
 from ._format import escape, format_duration, format_time
 from ._options import Settings, database_options, to_age, to_name, to_prefix, to_ttl
-from ._output import describe_lease, emit_json, lease_fields, lease_table, millis_between, note, say
+from ._output import (
+    describe_lease,
+    emit_json,
+    lease_fields,
+    lease_table,
+    millis_between,
+    note,
+    page_after,
+    say,
+)
 from ._session import with_provider
 
 __all__ = ["COMMANDS"]
@@ -69,7 +78,7 @@ def list_cmd(settings: Settings, prefix: str | None, limit: int, after: str | No
         return await p.list_leases(prefix, limit=limit, after=after), await p.now()
 
     leases, now = with_provider(settings, body)
-    next_after = leases[-1].key if len(leases) == limit else None
+    next_after = page_after(leases[-1]) if len(leases) == limit else None
     if settings.as_json:
         emit_json(
             {"leases": [lease_fields(lease, now) for lease in leases], "next_after": next_after}

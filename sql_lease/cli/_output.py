@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._contract import Lease
+from .._contract import ForeignLease, Lease
 from ._format import escape, format_duration, format_time
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "lease_table",
     "millis_between",
     "note",
+    "page_after",
     "say",
 ]
 
@@ -53,8 +54,11 @@ def millis_between(later: datetime, earlier: datetime) -> int:
 
 
 def lease_fields(lease: Lease, now: datetime) -> dict[str, Any]:
-    """A lease as JSON fields; strings are exact (JSON escapes NUL as \\u0000)."""
-    return {
+    """A lease as JSON fields; strings are exact (JSON escapes NUL as \\u0000). A row that
+    another tool wrote with a key or owner that is not UTF-8 (`ForeignLease`) has
+    ``"foreign": true``, ``key_hex`` and ``owner_hex``, and null for the name that is not
+    UTF-8 (its label names another key)."""
+    fields: dict[str, Any] = {
         "key": lease.key,
         "owner": lease.owner,
         "fence": lease.fence,
@@ -62,6 +66,43 @@ def lease_fields(lease: Lease, now: datetime) -> dict[str, Any]:
         "acquired_at": lease.acquired_at.isoformat(),
         "expires_in_ms": millis_between(lease.expires_at, now),
     }
+    if isinstance(lease, ForeignLease):
+        fields["foreign"] = True
+        fields["key_hex"] = lease.key_bytes.hex()
+        fields["owner_hex"] = lease.owner_bytes.hex()
+        if not _utf8(lease.key_bytes):
+            fields["key"] = None
+        if not _utf8(lease.owner_bytes):
+            fields["owner"] = None
+    return fields
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def page_after(lease: Lease) -> str | None:
+    """The ``--after`` value that pages past ``lease``: its key; for a key that is not UTF-8,
+    its longest UTF-8 prefix (the next page starts with that row again), None if empty."""
+    if not isinstance(lease, ForeignLease):
+        return lease.key
+    try:
+        return lease.key_bytes.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        return lease.key_bytes[: exc.start].decode("utf-8", "surrogatepass") or None
+
+
+def _cells(lease: Lease) -> tuple[str, str]:
+    """A table's key and owner: escaped; a foreign row's hex label marked as such."""
+    if not isinstance(lease, ForeignLease):
+        return escape(lease.key), escape(lease.owner)
+    key = escape(lease.key) if _utf8(lease.key_bytes) else f"{lease.key} (not UTF-8)"
+    owner = escape(lease.owner) if _utf8(lease.owner_bytes) else f"{lease.owner} (not UTF-8)"
+    return key, owner
 
 
 def describe_lease(lease: Lease, now: datetime) -> str:
@@ -77,9 +118,10 @@ def lease_table(leases: Sequence[Lease], now: datetime) -> None:
     """Live leases as a table on stdout; keys and owners escaped."""
     table = Table("key", "owner", "fence", "expires in", "acquired at", box=None, pad_edge=False)
     for lease in leases:
+        key, owner = _cells(lease)
         table.add_row(
-            Text(escape(lease.key)),
-            Text(escape(lease.owner)),
+            Text(key),
+            Text(owner),
             str(lease.fence),
             format_duration(millis_between(lease.expires_at, now)),
             format_time(lease.acquired_at),

@@ -30,6 +30,7 @@ from .._validate import (
 )
 from ..backends import SyncExecutor
 from ..capabilities import Renewal
+from ..catalogue import decode_list_live, label, name_of
 from ..errors import LeaseClosedError
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
@@ -253,7 +254,7 @@ class SqlLeaseProvider(SyncLifecycle):
                 hints.held(k)
                 self.acquire_reads += 1
                 holder, fence, expires_at = rows[0]
-                return AcquireResult(False, holder.decode(), fence, expires_at)
+                return AcquireResult(False, name_of(bytes(holder), "owner", k), fence, expires_at)
             seconds = self._left(started)
         while True:
             rows = self._run("acquire_lease", True, sql.acquire, (k, o, ttl), seconds)
@@ -264,7 +265,7 @@ class SqlLeaseProvider(SyncLifecycle):
             if rows and rows[0][3] != o:
                 hints.held(k)
                 row = rows[0]
-                return AcquireResult(False, row[3].decode(), row[1], row[2])
+                return AcquireResult(False, name_of(bytes(row[3]), "owner", k), row[1], row[2])
             # A concurrent writer committed after this statement's snapshot: run it again.
             self.acquire_reruns += 1
             seconds = self._left(started)
@@ -275,7 +276,7 @@ class SqlLeaseProvider(SyncLifecycle):
     def get_lease_owner(self, key: str) -> str | None:
         k = check_name("key", key)
         rows = self._run("get_lease_owner", False, self._sql.get_owner, (k,))
-        return bytes(rows[0][0]).decode() if rows else None
+        return name_of(bytes(rows[0][0]), "owner", k) if rows else None
 
     def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` (owner, fence, times), or None."""
@@ -284,7 +285,7 @@ class SqlLeaseProvider(SyncLifecycle):
         if not rows:
             return None
         owner, fence, expires_at, acquired_at = rows[0]
-        return Lease(key, bytes(owner).decode(), fence, expires_at, acquired_at)
+        return Lease(key, name_of(bytes(owner), "owner", k), fence, expires_at, acquired_at)
 
     def release_lease(self, key: str, owner: str) -> None:
         self.release(key, owner)
@@ -352,7 +353,7 @@ class SqlLeaseProvider(SyncLifecycle):
         rows = self._run("force_release", True, self._sql.force_release, (k,))
         if not rows:
             return False
-        owner, fence = bytes(rows[0][0]).decode(), rows[0][1]
+        owner, fence = label(bytes(rows[0][0])), rows[0][1]  # released: never raise now
         logger.warning("force-released lease %r held by %r (fence %d)", key, owner, fence)
         return True
 
@@ -365,7 +366,7 @@ class SqlLeaseProvider(SyncLifecycle):
         if after is not None:
             low = max(low, check_name("after", after) + b"\0")
         rows = self._run("list_leases", False, self._sql.list_live, (low, high, count))
-        return [Lease(bytes(k).decode(), bytes(o).decode(), f, e, a) for k, o, f, e, a, _ in rows]
+        return [decode_list_live(row) for row in rows]
 
     def purge_expired(
         self,
@@ -394,7 +395,7 @@ class SqlLeaseProvider(SyncLifecycle):
         rows = self._run("want", True, self._sql.want, (k, wait))
         if not rows:
             return None
-        return bytes(rows[0][0]).decode(), rows[0][1], rows[0][2]
+        return name_of(bytes(rows[0][0]), "owner", k), rows[0][1], rows[0][2]
 
     def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""

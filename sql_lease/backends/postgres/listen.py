@@ -162,7 +162,7 @@ class Listener:
     def _on_notify(self, conn: object, pid: int, channel: str, payload: object) -> None:
         self.notifications += 1
         try:
-            key = bytes.fromhex(str(payload)).decode("utf-8")
+            key = bytes.fromhex(str(payload)).decode("utf-8", "surrogatepass")
         except ValueError:
             return
         self._hub.notify(key)

@@ -2,9 +2,11 @@
 
 Behind a transaction pooler each call is one simple-protocol query::
 
-    SET LOCAL statement_timeout = N; SET LOCAL lock_timeout = N; <statement>
+    SET LOCAL statement_timeout = N; SET LOCAL lock_timeout = N; SET LOCAL DateStyle = ISO;
+    <statement>
 
-(one implicit transaction: the settings are in force for the statement and end with it), the
+(one implicit transaction: the settings are in force for the statement and end with it;
+``DateStyle`` makes the text timestamps of its rows ISO whatever the session's is), the
 statement being the call of its plpgsql function (migration 0005, `functions`) while the
 database has them, else the catalogue's plain text. `PoolerStatements` keeps, per client
 encoding, each statement as a `psycopg_wire.Template`; a call of a missing function is answered
@@ -21,6 +23,7 @@ import psycopg
 
 from ..._deadlines import server_millis
 from . import functions
+from .psycopg_values import PIN_OUTPUT
 from .psycopg_wire import Template, template
 
 __all__ = ["PoolerStatements"]
@@ -36,9 +39,11 @@ class PoolerStatements:
 
     def __init__(self, timeout: float) -> None:
         millis = server_millis(timeout)
-        #: The server-side timeouts at `SERVER_SHARE` of ``timeout``, for this statement only.
+        #: The server-side timeouts at `SERVER_SHARE` of ``timeout``, and the output settings our
+        #: rows depend on (`psycopg_values.PIN_OUTPUT`), for this statement only.
         self.prefix: Final = (
             f"SET LOCAL statement_timeout = {millis}; SET LOCAL lock_timeout = {millis}; "
+            + PIN_OUTPUT
         )
         #: True until a call finds the server functions missing.
         self.functions = True

@@ -3,10 +3,11 @@
 `psycopg_driver`'s hot path: psycopg's cursor (its generators, a future and a reader
 registration per wait, result bookkeeping, a task per call to survive cancellation) costs more
 client CPU than the statement costs the server. Here a call is: the query text joined from
-cached byte chunks and psycopg's own literals (`Transformer.as_literal`: what
-`psycopg.AsyncClientCursor` would send), ``PQsendQuery``, one wait for the socket, the results
-read until libpq has none left (the connection is idle again, whatever happened), rows loaded
-by psycopg's `Transformer`. A failed statement raises the exception psycopg's cursor would
+cached byte chunks and literals that no session setting changes (`psycopg_values`),
+``PQsendQuery``, one wait for the socket, the results read until libpq has none left (the
+connection is idle again, whatever happened), rows loaded by psycopg's `Transformer` with the
+pinned adapters (`psycopg_values.PinnedContext`: text timestamps read in ISO form).
+A failed statement raises the exception psycopg's cursor would
 (`psycopg.errors.error_from_result`); a lost connection, psycopg's `OperationalError`.
 
 Nothing else uses the connection meanwhile: the provider holds it for the call. A call
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from binascii import hexlify
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -28,6 +28,9 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
+
+from .psycopg_values import PinnedContext
+from .psycopg_values import literal as setting_proof
 
 __all__ = ["Exchange", "Template", "render", "template"]
 
@@ -37,9 +40,6 @@ Template = tuple[bytes, tuple[bytes, ...], tuple[int, ...]]
 _PLACEHOLDER: Final = re.compile(r"\$(\d+)")  # the catalogue's: never inside a literal
 _TUPLES_OK: Final = int(pq.ExecStatus.TUPLES_OK)
 _FATAL_ERROR: Final = int(pq.ExecStatus.FATAL_ERROR)
-#: bytea's hex prefix ``\x`` in an array element (backslash doubled) in an ``E''`` string
-#: (doubled again).
-_HEX: Final = b"\\" * 4 + b"x"
 
 
 def template(sql: str, prefix: str, encoding: str) -> Template:
@@ -49,30 +49,14 @@ def template(sql: str, prefix: str, encoding: str) -> Template:
     return parts[0].encode(encoding), tuple(p.encode(encoding) for p in parts[2::2]), order
 
 
-def _array(values: list[object]) -> bytes | None:
-    """A list of ``bytes`` as a ``bytea[]`` literal, of ``int`` as ``int8[]`` (an escape
-    string: right whatever ``standard_conforming_strings`` is), else None (psycopg's own):
-    psycopg builds array literals in Python, the hot spot of a coalesced batch."""
-    if not values:
-        return None
-    kind = type(values[0])
-    if kind is bytes:
-        if all(type(v) is bytes for v in values):
-            hexed = b",".join([_HEX + hexlify(v) for v in values])  # type: ignore[arg-type]
-            return b" E'{" + hexed + b"}'::bytea[]"
-    elif kind is int and all(type(v) is int for v in values):
-        return b" '{" + ",".join(map(str, values)).encode() + b"}'::int8[]"
-    return None
-
-
 def render(found: Template, args: tuple[object, ...], literal: Callable[[Any], bytes]) -> bytes:
-    """``found``'s chunks joined with ``args`` as SQL literals (``literal``: a psycopg
-    `Transformer`'s ``as_literal``, libpq's escaping for the connection)."""
+    """``found``'s chunks joined with ``args`` as SQL literals that no session setting
+    changes (`psycopg_values.literal`; ``literal``, a psycopg `Transformer`'s ``as_literal``,
+    only for a type the statements never bind)."""
     head, chunks, order = found
     parts = [head]
     for index, chunk in zip(order, chunks, strict=True):
-        value = args[index]
-        parts.append((_array(value) or literal(value)) if type(value) is list else literal(value))
+        parts.append(setting_proof(args[index], literal))
         parts.append(chunk)
     return b"".join(parts)
 
@@ -90,7 +74,7 @@ class Exchange:
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self._conn = conn
         self._pgconn = conn.pgconn
-        self._tx = Transformer(conn)
+        self._tx = Transformer(PinnedContext(conn))
         self._literal = self._tx.as_literal
         self.encoding: Final = conn.info.encoding
 

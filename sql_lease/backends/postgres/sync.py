@@ -2,7 +2,9 @@
 
 Statements come from the shared catalogue with ``$1`` placeholders and run through psycopg's
 `RawCursor`, unprepared (``prepare=False``), so nothing is rewritten and a transaction pooler
-(PgBouncer) is safe. Connections come from a `psycopg_pool.ConnectionPool` that the provider
+(PgBouncer) is safe; parameters and results are binary (`psycopg_values.pinned_cursor`), so no
+session setting (``standard_conforming_strings``, ``DateStyle``, ...) changes them.
+Connections come from a `psycopg_pool.ConnectionPool` that the provider
 owns (`from_url`) or from a caller's SQLAlchemy `Engine` (then the connection's own settings
 are restored before it goes back). A connection of the provider's own pool keeps its cursor
 from one call to the next (`PooledConnection`): a fresh cursor per statement costs several
@@ -39,6 +41,7 @@ from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
 from .errors import classify, translate
 from .pooler_text import PoolerStatements
+from .psycopg_values import pinned_cursor
 from .psycopg_wire import render
 
 __all__ = [
@@ -118,7 +121,7 @@ class PoolPgSource:
         pooled = cast(PooledConnection, conn)
         cur = pooled.statement_cursor
         if cur is None:
-            cur = pooled.statement_cursor = psycopg.RawCursor(conn)
+            cur = pooled.statement_cursor = pinned_cursor(conn)
         return cur
 
     def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
@@ -169,7 +172,7 @@ class EnginePgSource:
         info = cast("tuple[PoolProxiedConnection, Any]", token)[0].info
         cur: psycopg.RawCursor[Any] | None = info.get(_CURSOR)
         if cur is None or cur.connection is not conn:
-            cur = info[_CURSOR] = psycopg.RawCursor(conn)
+            cur = info[_CURSOR] = pinned_cursor(conn)
         return cur
 
     def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
@@ -328,7 +331,7 @@ class PgExecutor:
             try:
                 cur = source.cursor(conn, token)
                 if pooled is None:
-                    cur.execute(sql, args, prepare=False)
+                    cur.execute(sql, args, prepare=False, binary=True)
                 else:
                     _execute_text(cur, pooled, sql, args, source.literal(conn, token))
                 # `description` would build column objects: the result's status says as much.

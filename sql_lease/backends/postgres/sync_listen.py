@@ -131,7 +131,7 @@ class Listener:
 
     def _notify(self, payload: str) -> None:
         try:
-            key = bytes.fromhex(payload).decode("utf-8")
+            key = bytes.fromhex(payload).decode("utf-8", "surrogatepass")
         except ValueError:
             return
         self._hub.notify(key)
