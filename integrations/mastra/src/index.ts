@@ -23,6 +23,8 @@ export {
   PostgresLeaseProvider,
   type AcquireResult,
   type ConnectionOptions,
+  type FencedAcquireResult,
+  type LeaseLogger,
   type Lease,
   type Tenure,
   type ProviderOptions,
@@ -32,6 +34,7 @@ export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from '
 export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
 export { ThreadLeases, threadTopic } from './thread-leases.js';
 export { MAX_NAME_BYTES, MAX_TTL_MS } from './validate.js';
+export { LONG_KEY_HEAD_BYTES, LONG_KEY_MARKER, mapLongKey } from './keys.js';
 export { LeasingPubSub, withLeases } from './with-leases.js';
 
 // Compile-time check: the provider is a Mastra LeaseProvider.

@@ -16,20 +16,30 @@ import { ContentionHints } from './contention.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, SERVER_SHARE, type Row } from './execute.js';
 import { checkPooler, type Pooler } from './pooler.js';
-import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
+import { decodeName } from './keys.js';
+import { checkIdentifier, checkKey, checkName, checkTimeout, checkTtl } from './validate.js';
 
 /** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
 export const DEFAULT_TIMEOUT_MS = 5_000;
 
-/** What `acquireLease` returns: Mastra's `{ acquired, owner }`, plus the fence and expiry. */
+/** What `acquireLease` returns: exactly Mastra's `{ acquired, owner }`. */
 export interface AcquireResult {
   acquired: boolean;
   /** The caller when acquired, else the live holder. */
   owner: string;
+}
+
+/** What `acquireFencedLease` returns: `acquireLease`'s answer plus the tenure's fence and expiry. */
+export interface FencedAcquireResult extends AcquireResult {
   /** The fencing token of the tenure (the caller's, or the holder's). */
   fence: bigint;
   /** When that tenure expires, by the database clock (millisecond precision). */
   expiresAt: Date;
+}
+
+/** Where the provider reports a failed acquire (default `console`). */
+export interface LeaseLogger {
+  error(message: string, ...args: unknown[]): void;
 }
 
 /** A tenure as a renew or transfer reports it: its fence and its new expiry. */
@@ -62,6 +72,11 @@ export interface ProviderOptions {
   timeoutMs?: number | undefined;
   /** Connections of the provider's own pool (default 10; ignored with `{ pool }`). */
   maxConnections?: number | undefined;
+  /**
+   * Where a failed `acquireLease` is reported, at error level with its key (default
+   * `console`): Mastra 1.71's runtime treats a rejected acquire as won (see the README).
+   */
+  logger?: LeaseLogger | undefined;
   /**
    * The connection reaches PostgreSQL through a pooler such as PgBouncer, in `'transaction'`
    * or `'session'` pooling: no startup parameter but `application_name`, and each call one
@@ -125,6 +140,13 @@ export function createPool(connectionString: string, timeoutMs: number, max: num
   return pool;
 }
 
+/** A key or owner for a log line: quoted with escapes, its head only when long. */
+export function showKey(text: unknown): string {
+  if (typeof text !== 'string') return `(not a string: ${typeof text})`;
+  const shown = JSON.stringify(text.length > 200 ? text.slice(0, 200) : text);
+  return text.length > 200 ? `${shown}... (${text.length} UTF-16 units)` : shown;
+}
+
 export class PostgresLeaseProvider {
   readonly #sql: Statements;
   readonly #pool: Pool;
@@ -132,6 +154,7 @@ export class PostgresLeaseProvider {
   readonly #run: Executor;
   readonly #table: string;
   readonly #schema: string | undefined;
+  readonly #logger: LeaseLogger;
   #closed = false;
   /**
    * How often acquire ran its statement again because a concurrent writer committed between
@@ -162,6 +185,11 @@ export class PostgresLeaseProvider {
     const max = options.maxConnections ?? 10;
     if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
     const pooler = checkPooler(options.pooler);
+    const logger = options.logger ?? console;
+    if (typeof logger !== 'object' || logger === null || typeof logger.error !== 'function') {
+      throw new LeaseTypeError('logger must have an error() method');
+    }
+    this.#logger = logger;
     let where: string;
     if ('pool' in connection) {
       const pool = connection.pool as unknown;
@@ -208,11 +236,28 @@ export class PostgresLeaseProvider {
   }
 
   /**
-   * Claim `key` for `owner` for `ttlMs`, or report the live holder. The holder re-acquiring
-   * keeps its fence and extends its expiry; an expired or released key is won with a new fence.
+   * Claim `key` for `owner` for `ttlMs`, or report the live holder: exactly Mastra's
+   * `{ acquired, owner }`. The holder re-acquiring keeps its fence and extends its expiry; an
+   * expired or released key is won with a new fence. A failure is logged at error level with
+   * the key before it is thrown (Mastra 1.71 treats a rejected acquire as won).
    */
   async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
-    const k = checkName('key', key);
+    const { acquired, owner: holder } = await this.acquireFencedLease(key, owner, ttlMs);
+    return { acquired, owner: holder };
+  }
+
+  /** Like `acquireLease`, with the tenure's fence and expiry (the caller's, or the holder's). */
+  async acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    try {
+      return await this.#acquire(key, owner, ttlMs);
+    } catch (error) {
+      this.#logger.error(`[sql_lease] acquireLease failed for key ${showKey(key)} (owner ${showKey(owner)}): ${String(error)}`);
+      throw error;
+    }
+  }
+
+  async #acquire(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    const k = checkKey(key);
     const o = checkName('owner', owner);
     const ttl = checkTtl('ttlMs', ttlMs);
     this.#open();
@@ -227,7 +272,7 @@ export class PostgresLeaseProvider {
         this.acquireReads++;
         return {
           acquired: false,
-          owner: (row[0] as Buffer).toString('utf8'),
+          owner: decodeName(row[0] as Buffer, 'owner', k, 'acquireLease'),
           fence: BigInt(row[1] as string),
           expiresAt: row[2] as Date,
         };
@@ -247,7 +292,7 @@ export class PostgresLeaseProvider {
         hints.held(key);
         return {
           acquired: false,
-          owner: (first[3] as Buffer).toString('utf8'),
+          owner: decodeName(first[3] as Buffer, 'owner', k, 'acquireLease'),
           fence: BigInt(first[1] as string),
           expiresAt: first[2] as Date,
         };
@@ -261,23 +306,23 @@ export class PostgresLeaseProvider {
 
   /** The live owner of `key`, or undefined. */
   async getLeaseOwner(key: string): Promise<string | undefined> {
-    const k = checkName('key', key);
+    const k = checkKey(key);
     this.#open();
     const rows = await this.#run.run('getLeaseOwner', false, this.#sql.get_owner, [k]);
     const row = rows[0];
-    return row === undefined ? undefined : (row[0] as Buffer).toString('utf8');
+    return row === undefined ? undefined : decodeName(row[0] as Buffer, 'owner', k, 'getLeaseOwner');
   }
 
   /** The live lease of `key` (owner, fence, times), or undefined. An extension to Mastra's API. */
   async getLease(key: string): Promise<Lease | undefined> {
-    const k = checkName('key', key);
+    const k = checkKey(key);
     this.#open();
     const rows = await this.#run.run('getLease', false, this.#sql.get_lease, [k]);
     const row = rows[0];
     if (row === undefined) return undefined;
     return {
       key,
-      owner: (row[0] as Buffer).toString('utf8'),
+      owner: decodeName(row[0] as Buffer, 'owner', k, 'getLease'),
       fence: BigInt(row[1] as string),
       expiresAt: row[2] as Date,
       acquiredAt: row[3] as Date,
@@ -322,14 +367,14 @@ export class PostgresLeaseProvider {
   }
 
   async #release(operation: string, key: string, owner: string): Promise<{ fence: bigint; at: Date } | undefined> {
-    const args = [checkName('key', key), checkName('owner', owner)];
+    const args = [checkKey(key), checkName('owner', owner)];
     this.#open();
     const row = (await this.#run.run(operation, true, this.#sql.release, args))[0];
     return row === undefined ? undefined : { fence: BigInt(row[0] as string), at: row[1] as Date };
   }
 
   async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
-    const args = [checkName('key', key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
+    const args = [checkKey(key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
     this.#open();
     return tenure((await this.#run.run(operation, true, this.#sql.renew, args))[0]);
   }
@@ -342,7 +387,7 @@ export class PostgresLeaseProvider {
     ttlMs: number,
   ): Promise<Tenure | undefined> {
     const args = [
-      checkName('key', key),
+      checkKey(key),
       checkName('fromOwner', fromOwner),
       checkName('toOwner', toOwner),
       checkTtl('ttlMs', ttlMs),

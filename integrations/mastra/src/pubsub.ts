@@ -37,7 +37,7 @@ import { LeaseError, LeaseRangeError, LeaseTypeError } from './errors.js';
 import { buildEventStatements, type EventStatements } from './events-sql.js';
 import { Executor } from './execute.js';
 import { Listener } from './listener.js';
-import { PostgresLeaseProvider, type AcquireResult, type ConnectionOptions } from './provider.js';
+import { PostgresLeaseProvider, type AcquireResult, type ConnectionOptions, type FencedAcquireResult } from './provider.js';
 import { connect, listenConnection, settings, type Connection, type PubSubLogger, type PubSubOptions, type Settings } from './pubsub-options.js';
 import { checkEventSchema } from './schema-check.js';
 import { handoverStatements, ThreadLeases } from './thread-leases.js';
@@ -79,7 +79,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     this.#logger = s.logger;
     this.#connection = connect(connection, s);
     const pool: Pool = this.#connection.pool;
-    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler });
+    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler, logger: s.logger });
     this.#sql = buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`);
     const where = this.#connection.where;
     this.#run = new Executor({ pool, timeoutMs: s.timeoutMs, where, table: this.#sql.qualified.events, pooler: s.pooler });
@@ -314,8 +314,14 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     return this.threadLeases;
   }
 
+  /** Exactly Mastra's `{ acquired, owner }` (a failure is logged with the key, then thrown). */
   acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
     return this.threadLeases.acquireLease(key, owner, ttlMs);
+  }
+
+  /** `acquireLease` with the tenure's fence and expiry. */
+  acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    return this.threadLeases.acquireFencedLease(key, owner, ttlMs);
   }
 
   getLeaseOwner(key: string): Promise<string | undefined> {

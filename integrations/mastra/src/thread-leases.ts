@@ -29,10 +29,11 @@ import type { LeaseProvider } from '@mastra/core/events';
 import { quoteIdent } from './catalogue.js';
 import { describe } from './codec.js';
 import type { EventStatements } from './events-sql.js';
-import type { Executor } from './execute.js';
-import type { AcquireResult, PostgresLeaseProvider } from './provider.js';
+import type { Executor, Row } from './execute.js';
+import { fromWtf8 } from './keys.js';
+import { showKey, type AcquireResult, type FencedAcquireResult, type PostgresLeaseProvider } from './provider.js';
 import type { PubSubLogger } from './pubsub-options.js';
-import { checkName, checkTtl } from './validate.js';
+import { checkKey, checkName, checkTtl } from './validate.js';
 
 /** Mastra's thread topics (`AGENT_THREAD_STREAM_TOPIC_PREFIX`, not exported by @mastra/core). */
 export const THREAD_TOPIC_PREFIX = 'agent.thread-stream';
@@ -100,15 +101,29 @@ export class ThreadLeases implements LeaseProvider {
     this.#o = options;
   }
 
+  /** Mastra's `{ acquired, owner }`; a failure is logged with the key (the provider's logger). */
   async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+    const { acquired, owner: holder } = await this.acquireFencedLease(key, owner, ttlMs);
+    return { acquired, owner: holder };
+  }
+
+  /** `acquireLease` with the tenure's fence and expiry (see `PostgresLeaseProvider`). */
+  async acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
     const { leases, run, statements } = this.#o;
-    const k = checkName('key', key);
-    checkName('owner', owner);
-    checkTtl('ttlMs', ttlMs);
-    if (!key.includes('\0') || leases.closed) return leases.acquireLease(key, owner, ttlMs); // not a thread key
-    const row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
-    const result = await leases.acquireLease(key, owner, ttlMs);
-    const previous = row === undefined ? undefined : (row[0] as Buffer).toString('utf8');
+    if (typeof key !== 'string' || !key.includes('\0') || leases.closed) return leases.acquireFencedLease(key, owner, ttlMs); // not a thread key
+    let row: Row | undefined;
+    try {
+      const k = checkKey(key);
+      checkName('owner', owner);
+      checkTtl('ttlMs', ttlMs);
+      row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
+    } catch (error) {
+      this.#o.logger.error(`[PostgresPubSub] acquireLease failed for key ${showKey(key)}: ${String(error)}`);
+      throw error;
+    }
+    const result = await leases.acquireFencedLease(key, owner, ttlMs);
+    // The previous owner as text; one another tool wrote as non-text bytes has no messages here.
+    const previous = row === undefined ? undefined : fromWtf8(row[0] as Buffer);
     if (result.acquired && previous !== undefined && previous !== owner) await this.#redeliver(key, previous, owner);
     return result;
   }
@@ -129,7 +144,7 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   async releaseLease(key: string, owner: string): Promise<void> {
-    checkName('key', key);
+    checkKey(key);
     checkName('owner', owner);
     await this.#o.published(threadTopic(key));
     await this.#o.leases.releaseLease(key, owner);
@@ -140,7 +155,7 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   async transferLease(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<boolean> {
-    checkName('key', key);
+    checkKey(key);
     checkName('fromOwner', fromOwner);
     checkName('toOwner', toOwner);
     checkTtl('ttlMs', ttlMs);

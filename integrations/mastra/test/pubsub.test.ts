@@ -58,8 +58,10 @@ test('it is a lease provider the signals runtime finds with no other setting', a
   assert.equal(isLeaseProvider(ps), true);
   const resolved: LeaseProvider = ps.getLeaseProvider();
   assert.notEqual(resolved, NoopLeaseProvider);
-  assert.equal((await ps.acquireLease('thread\0x', 'run-1', 30_000)).acquired, true);
-  assert.equal((await ps.acquireLease('thread\0x', 'run-2', 30_000)).owner, 'run-1');
+  assert.deepEqual(await ps.acquireLease('thread\0x', 'run-1', 30_000), { acquired: true, owner: 'run-1' });
+  assert.deepEqual(await ps.acquireLease('thread\0x', 'run-2', 30_000), { acquired: false, owner: 'run-1' });
+  assert.deepEqual(await ps.acquireLease('plain', 'run-1', 30_000), { acquired: true, owner: 'run-1' });
+  assert.equal(typeof (await ps.acquireFencedLease('thread\0x', 'run-2', 30_000)).fence, 'bigint');
   assert.equal(await ps.leases.getLeaseOwner('thread\0x'), 'run-1');
   assert.equal(await ps.transferLease('thread\0x', 'run-1', 'run-2', 30_000), true);
   assert.equal(await ps.renewLease('thread\0x', 'run-2', 30_000), true);
