@@ -111,3 +111,20 @@ export function mappedBytes(bytes: Buffer): Buffer {
   const digest = createHash('sha256').update(bytes).digest('hex');
   return Buffer.concat([head(bytes, LONG_KEY_HEAD_BYTES), Buffer.from(LONG_KEY_MARKER + digest, 'utf8')]);
 }
+
+/** Between the kept head of a mapped topic and its SHA-256 (topics are text: no NUL). */
+export const TOPIC_MARKER = '#sql-lease-sha256:';
+
+/**
+ * The topic under which `topic` is stored (a `text` column of at most 1024 bytes): itself when
+ * it is text PostgreSQL can store within the limit, else its head (NUL and lone surrogates
+ * replaced), `TOPIC_MARKER` and the SHA-256 of its WTF-8 bytes, so no topic Mastra makes (a
+ * thread topic of a 4,000-byte key, a run id with a lone surrogate) is refused or merged.
+ */
+export function storedTopic(topic: string): string {
+  const bytes = wtf8(topic);
+  if (bytes.length <= MAX_BYTES && topic.isWellFormed() && !topic.includes('\0')) return topic;
+  const digest = createHash('sha256').update(bytes).digest('hex');
+  const safe = Buffer.from(topic.toWellFormed().replaceAll('\0', '\ufffd'), 'utf8');
+  return head(safe, MAX_BYTES - TOPIC_MARKER.length - 64).toString('utf8') + TOPIC_MARKER + digest;
+}

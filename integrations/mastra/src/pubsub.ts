@@ -36,6 +36,7 @@ import { Delivery } from './delivery.js';
 import { LeaseError, LeaseRangeError, LeaseTypeError } from './errors.js';
 import { buildEventStatements, type EventStatements } from './events-sql.js';
 import { Executor } from './execute.js';
+import { storedTopic } from './keys.js';
 import { Listener } from './listener.js';
 import { PostgresLeaseProvider, type AcquireResult, type ConnectionOptions, type FencedAcquireResult } from './provider.js';
 import { connect, listenConnection, settings, type Connection, type PubSubLogger, type PubSubOptions, type Settings } from './pubsub-options.js';
@@ -189,7 +190,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
   }
 
   async #publish(topic: string, event: PublishedEvent, options?: { localOnly?: boolean }): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     const payload = encode(event);
     if (this.#closed) throw new LeaseError('the PostgresPubSub is closed');
     if (options?.localOnly === true) {
@@ -210,10 +211,9 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Deliver `topic`'s events to `cb`: see the module comment for groups and `startFrom`. */
   async subscribe(topic: string, cb: EventCallback, options?: SubscribeOptions): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkCallback(cb);
-    const group = options?.group;
-    if (group !== undefined) checkTopic('group', group);
+    const group = options?.group === undefined ? undefined : checkTopic('group', options.group);
     const startFrom = options?.startFrom;
     if (startFrom !== undefined && startFrom !== 'earliest' && startFrom !== 'latest') {
       throw new LeaseRangeError(`startFrom must be 'earliest' or 'latest', not ${JSON.stringify(startFrom)}`);
@@ -236,7 +236,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Replay the retained events of `topic` from index `offset` (0-based), then the live ones. */
   override async subscribeFromOffset(topic: string, offset: number, cb: EventCallback): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkCallback(cb);
     checkOffset(offset);
     await this.ready();
@@ -250,7 +250,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** The retained events of `topic` from index `offset` (0-based), oldest first. */
   override async getHistory(topic: string, offset = 0): Promise<Event[]> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkOffset(offset);
     await this.ready();
     const rows = await this.#run.run('getHistory', false, this.#sql.history, [topic, String(offset)]);
@@ -259,7 +259,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Stop delivering `topic` to `cb` (in every group it joined on this topic too). */
   async unsubscribe(topic: string, cb: EventCallback): Promise<void> {
-    this.#delivery.remove(topic, cb);
+    this.#delivery.remove(typeof topic === 'string' && topic !== '' ? storedTopic(topic) : topic, cb);
   }
 
   /**
@@ -268,7 +268,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
    */
   override async clearTopic(topic: string): Promise<void> {
     try {
-      checkTopic('topic', topic);
+      topic = checkTopic('topic', topic); // its stored form (keys.ts)
       await this.ready();
       await this.#run.run('clearTopic', true, this.#sql.clearTopic, [topic]);
     } catch (error) {

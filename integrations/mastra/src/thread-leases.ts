@@ -30,7 +30,7 @@ import { quoteIdent } from './catalogue.js';
 import { describe } from './codec.js';
 import type { EventStatements } from './events-sql.js';
 import type { Executor, Row } from './execute.js';
-import { fromWtf8 } from './keys.js';
+import { fromWtf8, storedTopic } from './keys.js';
 import { showKey, type AcquireResult, type FencedAcquireResult, type PostgresLeaseProvider } from './provider.js';
 import type { PubSubLogger } from './pubsub-options.js';
 import { checkKey, checkName, checkTtl } from './validate.js';
@@ -129,7 +129,7 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   async #redeliver(key: string, previous: string, owner: string): Promise<void> {
-    const topic = threadTopic(key);
+    const topic = storedTopic(threadTopic(key));
     try {
       const rows = await this.#o.run.run('acquireLease', true, this.#o.statements.redeliver, [topic, previous, owner]);
       this.redelivered += rows.length;

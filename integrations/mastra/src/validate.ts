@@ -8,7 +8,7 @@
 
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
 import { catalogue } from './catalogue.js';
-import { mappedBytes, wtf8 } from './keys.js';
+import { mappedBytes, storedTopic, wtf8 } from './keys.js';
 
 export const MAX_NAME_BYTES: number = catalogue.limits.max_name_bytes;
 export const MAX_TTL_MS: number = catalogue.limits.max_ttl_ms;
@@ -90,16 +90,17 @@ export function checkTimeout(what: string, value: unknown): number {
   return value;
 }
 
-/** Validate a topic or group name: a non-empty string of at most 1024 UTF-8 bytes, no NUL. */
+/**
+ * Validate a topic or group name (a non-empty string); returns its stored form: itself, or
+ * when PostgreSQL text cannot hold it within 1024 bytes (NUL, a lone surrogate, longer) the
+ * mapped form of `storedTopic` (keys.ts), so no topic Mastra makes is refused.
+ */
 export function checkTopic(what: string, value: unknown): string {
-  checkName(what, value);
-  if (!(value as string).isWellFormed()) {
-    throw new LeaseRangeError(`${what} must not contain a lone surrogate (PostgreSQL text cannot store it)`);
+  if (typeof value !== 'string') {
+    throw new LeaseTypeError(`${what} must be a string, not ${typeName(value)}`);
   }
-  if ((value as string).includes('\0')) {
-    throw new LeaseRangeError(`${what} must not contain NUL (PostgreSQL text cannot store it)`);
-  }
-  return value as string;
+  if (value.length === 0) throw new LeaseRangeError(`${what} must not be empty`);
+  return storedTopic(value);
 }
 
 /** Validate a duration option in milliseconds: an integer from `min` to 365 days. */
