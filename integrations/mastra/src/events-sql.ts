@@ -77,11 +77,18 @@ export interface EventStatements {
   history: string;
   /** $1 group, $2 topic, $3 start at the head (boolean): creates the group if new. */
   joinGroup: string;
-  /** $1 group, $2 topic, $3 consumer, $4 limit, $5 ack timeout ms → events claimed for $3. */
+  /**
+   * $1 group, $2 topic, $3 consumer, $4 limit, $5 ack timeout ms, $6 max attempts → events
+   * claimed for $3 (id, seq, payload, created_at, attempts, parked): due claims of events
+   * delivered $6 times already are parked instead (`visible_at` infinity; `parked` true).
+   */
   claim: string;
   /** $1 group, $2 topic, $3 event id, $4 consumer → the claim ended (a row) or not. */
   ack: string;
-  /** $1 group, $2 topic, $3 event id, $4 consumer, $5 delay ms → the claim made due again. */
+  /**
+   * $1 group, $2 topic, $3 event id, $4 consumer, $5 delay ms, $6 max attempts → the claim made
+   * due again, or parked (`visible_at` infinity) when it was the last attempt; → parked or not.
+   */
   nack: string;
   /** $1 topic: events, claims, groups and the topic's counter. */
   clearTopic: string;
@@ -135,21 +142,30 @@ export function buildEventStatements(table: string, schema: string | undefined, 
     visible_at = clock_timestamp() + $5::bigint * interval '1 millisecond'
   WHERE (c.group_name, c.topic, c.event_id) IN (
     SELECT group_name, topic, event_id FROM ${cl}
-    WHERE group_name = $1 AND topic = $2 AND visible_at <= clock_timestamp()
+    WHERE group_name = $1 AND topic = $2 AND visible_at <= clock_timestamp() AND attempts < $6::integer
       AND EXISTS (SELECT 1 FROM g)
     ORDER BY event_id LIMIT $4 FOR UPDATE SKIP LOCKED)
-  RETURNING c.event_id, c.attempts
+  RETURNING c.event_id, c.attempts, false AS parked
+), parked AS (
+  UPDATE ${cl} AS c SET visible_at = 'infinity'
+  WHERE (c.group_name, c.topic, c.event_id) IN (
+    SELECT group_name, topic, event_id FROM ${cl}
+    WHERE group_name = $1 AND topic = $2 AND visible_at <= clock_timestamp() AND attempts >= $6::integer
+      AND EXISTS (SELECT 1 FROM g)
+    ORDER BY event_id LIMIT $4 FOR UPDATE SKIP LOCKED)
+  RETURNING c.event_id, c.attempts, true AS parked
 ), taken AS (
   INSERT INTO ${cl} (group_name, topic, event_id, consumer, visible_at, attempts)
   SELECT $1, $2, id, $3, clock_timestamp() + $5::bigint * interval '1 millisecond', 1 FROM fresh
-  RETURNING event_id, attempts
+  RETURNING event_id, attempts, false AS parked
 )
-SELECT ${cols}, x.attempts FROM (SELECT * FROM due UNION ALL SELECT * FROM taken) AS x
+SELECT ${cols}, x.attempts, x.parked FROM (SELECT * FROM due UNION ALL SELECT * FROM taken UNION ALL SELECT * FROM parked) AS x
 JOIN ${ev} AS e ON e.id = x.event_id ORDER BY e.id`,
     ack: `DELETE FROM ${cl} WHERE group_name = $1 AND topic = $2 AND event_id = $3::bigint AND consumer = $4 RETURNING event_id`,
     nack:
-      `UPDATE ${cl} SET visible_at = clock_timestamp() + $5::bigint * interval '1 millisecond' ` +
-      'WHERE group_name = $1 AND topic = $2 AND event_id = $3::bigint AND consumer = $4 RETURNING event_id',
+      `UPDATE ${cl} SET visible_at = CASE WHEN attempts >= $6::integer THEN 'infinity' ` +
+      "ELSE clock_timestamp() + $5::bigint * interval '1 millisecond' END " +
+      "WHERE group_name = $1 AND topic = $2 AND event_id = $3::bigint AND consumer = $4 RETURNING visible_at = 'infinity'",
     clearTopic: `WITH c AS (DELETE FROM ${cl} WHERE topic = $1), g AS (DELETE FROM ${gr} WHERE topic = $1),
 t AS (DELETE FROM ${tp} WHERE topic = $1)
 DELETE FROM ${ev} WHERE topic = $1`,

@@ -90,6 +90,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
       consumer: this.#consumer,
       batch: s.batch,
       ackTimeoutMs: s.ackTimeoutMs,
+      maxDeliveryAttempts: s.maxDeliveryAttempts,
       nackDelayMs: s.nackDelayMs,
       logger: s.logger,
     });
