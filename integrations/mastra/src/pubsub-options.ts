@@ -8,7 +8,8 @@ import type { Pool } from 'pg';
 
 import { catalogue } from './catalogue.js';
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
-import { createPool, DEFAULT_TIMEOUT_MS, describeWhere, poolWhere, type ConnectionOptions, type ProviderOptions } from './provider.js';
+import { createPool, describeWhere, poolWhere } from './pool.js';
+import { DEFAULT_TIMEOUT_MS, type ConnectionOptions, type ProviderOptions } from './provider.js';
 import { checkPooler, type Pooler } from './pooler.js';
 import { checkIdentifier, checkMs, checkTimeout } from './validate.js';
 

@@ -54,7 +54,10 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
   readonly threadLeases: ThreadLeases;
   readonly #connection: Connection;
   readonly #settings: Settings;
+  /** Rebuilt in place once the schema is resolved (`#qualify`); Delivery reads the same object. */
   readonly #sql: EventStatements;
+  readonly #handover: ReturnType<typeof handoverStatements>;
+  #qualified: Promise<void> | undefined;
   readonly #run: Executor;
   readonly #consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   readonly #logger: PubSubLogger;
@@ -82,6 +85,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     const pool: Pool = this.#connection.pool;
     this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler, logger: s.logger });
     this.#sql = buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`);
+    this.#handover = handoverStatements(s.table, s.schema, this.#sql);
     const where = this.#connection.where;
     this.#run = new Executor({ pool, timeoutMs: s.timeoutMs, where, table: this.#sql.qualified.events, pooler: s.pooler });
     this.#delivery = new Delivery({
@@ -97,7 +101,8 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     this.threadLeases = new ThreadLeases({
       leases: this.leases,
       run: this.#run,
-      statements: handoverStatements(s.table, s.schema, this.#sql),
+      statements: this.#handover,
+      prepare: () => this.#qualify(),
       published: (topic) => this.#published(topic),
       logger: s.logger,
     });
@@ -139,8 +144,26 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     return this.#starting;
   }
 
+  /** Qualify every statement with the schema (resolved once when not configured). */
+  #qualify(): Promise<void> {
+    const s = this.#settings;
+    if (s.schema !== undefined) return Promise.resolve();
+    this.#qualified ??= this.leases.resolvedSchema().then(
+      (resolved) => {
+        Object.assign(this.#sql, buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`, resolved));
+        Object.assign(this.#handover, handoverStatements(s.table, resolved, this.#sql));
+      },
+      (error: unknown) => {
+        this.#qualified = undefined;
+        throw error;
+      },
+    );
+    return this.#qualified;
+  }
+
   async #start(): Promise<void> {
     const s = this.#settings;
+    await this.#qualify();
     await checkEventSchema({ run: this.#run, sql: this.#sql, table: s.table, schema: s.schema, where: this.#connection.where });
     if (s.pooler === 'transaction' && s.listenConnectionString === undefined) {
       // LISTEN needs a session of its own, which a transaction pooler never keeps.

@@ -28,7 +28,7 @@ import type { LeaseProvider } from '@mastra/core/events';
 
 import { quoteIdent } from './catalogue.js';
 import { describe } from './codec.js';
-import type { EventStatements } from './events-sql.js';
+import { OP, type EventStatements } from './events-sql.js';
 import type { Executor, Row } from './execute.js';
 import { fromWtf8, storedTopic } from './keys.js';
 import { showKey, type AcquireResult, type FencedAcquireResult, type PostgresLeaseProvider } from './provider.js';
@@ -54,30 +54,36 @@ export function handoverStatements(leasesTable: string, schema: string | undefin
 } {
   const leases = (schema === undefined ? '' : `${quoteIdent(schema)}.`) + quoteIdent(leasesTable);
   const ev = events.qualified.events;
-  const terminal = TERMINAL_TYPES.map((t) => `'${t}'`).join(', ');
-  const signalId = "coalesce(e.payload->'data'->'signal'->>'id', e.id::text)";
+  const { eq } = OP;
+  const [get, getText, cat] = ['OPERATOR(pg_catalog.->)', 'OPERATOR(pg_catalog.->>)', 'OPERATOR(pg_catalog.||)'];
+  const text = '::pg_catalog.text';
+  const terminal = `ANY (ARRAY[${TERMINAL_TYPES.map((t) => `'${t}'`).join(', ')}]::pg_catalog.text[])`;
+  const signalId = `COALESCE(((e.payload ${get} 'data') ${get} 'signal') ${getText} 'id', e.id${text})`;
+  const endOf = (alias: string): string =>
+    `(${alias}.payload ${getText} 'runId') ${eq} $2${text} AND (${alias}.payload ${getText} 'type') ${eq} ${terminal}`;
   return {
     // $1 key → the row's owner, live or not (the tenure an acquire is about to replace).
-    previousOwner: `SELECT owner FROM ${leases} WHERE key = $1`,
+    previousOwner: `SELECT owner FROM ${leases} WHERE key ${eq} $1::pg_catalog.bytea`,
     // $1 topic, $2 the previous owner, $3 the new owner → the re-addressed events' ids. Does
     // nothing (the scan is skipped) when $2's run published a terminal event on the topic.
     // A run's end is among the newest events of its topic (it is published right before the
     // release): those are looked at first, newest first, and the rest only if it is not there.
+    // Every object is named in full (see events-sql.ts).
     redeliver: `WITH ended AS (
-  (SELECT 1 FROM (SELECT e.payload FROM ${ev} AS e WHERE e.topic = $1 ORDER BY e.id DESC LIMIT 256) AS recent
-   WHERE recent.payload->>'runId' = $2::text AND recent.payload->>'type' IN (${terminal}))
+  (SELECT 1 FROM (SELECT e.payload FROM ${ev} AS e WHERE e.topic ${eq} $1${text} ORDER BY e.id DESC LIMIT 256) AS recent
+   WHERE ${endOf('recent')})
   UNION ALL
-  (SELECT 1 FROM ${ev} AS e WHERE e.topic = $1 AND e.payload->>'runId' = $2::text AND e.payload->>'type' IN (${terminal}))
+  (SELECT 1 FROM ${ev} AS e WHERE e.topic ${eq} $1${text} AND ${endOf('e')})
   LIMIT 1
 ), latest AS (
-  SELECT DISTINCT ON (${signalId}) e.id, e.payload::jsonb AS p FROM ${ev} AS e
-  WHERE e.topic = $1 AND e.payload->>'type' = 'signal-enqueued' AND NOT EXISTS (SELECT FROM ended)
+  SELECT DISTINCT ON (${signalId}) e.id, e.payload::pg_catalog.jsonb AS p FROM ${ev} AS e
+  WHERE e.topic ${eq} $1${text} AND (e.payload ${getText} 'type') ${eq} 'signal-enqueued' AND NOT EXISTS (SELECT FROM ended)
   ORDER BY ${signalId}, e.id DESC
 )
 INSERT INTO ${ev} (topic, payload)
-SELECT $1, (jsonb_set(p, '{runId}', to_jsonb($3::text)) || jsonb_build_object('data', (p->'data') ||
-  jsonb_build_object('runId', $3::text, 'sourceId', '${REDELIVERY_SOURCE}', 'preRun', false)))::json
-FROM latest WHERE p->'data'->>'runId' = $2::text ORDER BY id
+SELECT $1${text}, (pg_catalog.jsonb_set(p, '{runId}', pg_catalog.to_jsonb($3${text})) ${cat} pg_catalog.jsonb_build_object('data', (p ${get} 'data') ${cat}
+  pg_catalog.jsonb_build_object('runId', $3${text}, 'sourceId', '${REDELIVERY_SOURCE}'${text}, 'preRun', false)))::pg_catalog.json
+FROM latest WHERE ((p ${get} 'data') ${getText} 'runId') ${eq} $2${text} ORDER BY id
 RETURNING id`,
   };
 }
@@ -86,6 +92,8 @@ export interface ThreadLeasesOptions {
   leases: PostgresLeaseProvider;
   run: Executor;
   statements: ReturnType<typeof handoverStatements>;
+  /** Resolves when `statements` name their relations in full (the schema resolved). */
+  prepare: () => Promise<void>;
   /** Resolves when this instance's publishes to `topic` that started before the call settled. */
   published: (topic: string) => Promise<void>;
   logger: PubSubLogger;
@@ -116,6 +124,7 @@ export class ThreadLeases implements LeaseProvider {
       const k = checkKey(key);
       checkName('owner', owner);
       checkTtl('ttlMs', ttlMs);
+      await this.#o.prepare();
       row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
     } catch (error) {
       this.#o.logger.error(`[PostgresPubSub] acquireLease failed for key ${showKey(key)}: ${String(error)}`);
