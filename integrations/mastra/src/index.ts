@@ -31,7 +31,7 @@ export {
 } from './provider.js';
 export { type Pooler } from './pooler.js';
 export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
-export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
+export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubLoggerOption, type PubSubOptions } from './pubsub.js';
 export { ThreadLeases, threadTopic } from './thread-leases.js';
 export { MAX_NAME_BYTES, MAX_TTL_MS } from './validate.js';
 export { LONG_KEY_HEAD_BYTES, LONG_KEY_MARKER, mapLongKey } from './keys.js';

@@ -44,7 +44,7 @@ import { checkEventSchema } from './schema-check.js';
 import { handoverStatements, ThreadLeases } from './thread-leases.js';
 import { checkTopic } from './validate.js';
 
-export { DEFAULT_RETENTION_MS, type PubSubLogger, type PubSubOptions } from './pubsub-options.js';
+export { DEFAULT_RETENTION_MS, type PubSubLogger, type PubSubLoggerOption, type PubSubOptions } from './pubsub-options.js';
 
 /** A Mastra PubSub on PostgreSQL tables, woken by LISTEN/NOTIFY, that also leases. */
 export class PostgresPubSub extends PubSub implements LeaseProvider {

@@ -110,15 +110,24 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   /** Mastra's `{ acquired, owner }`; a failure is logged with the key (the provider's logger). */
-  async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
-    const { acquired, owner: holder } = await this.acquireFencedLease(key, owner, ttlMs);
-    return { acquired, owner: holder };
+  acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+    return this.#acquire(key, owner, ttlMs, (...args) => this.#o.leases.acquireLease(...args));
   }
 
   /** `acquireLease` with the tenure's fence and expiry (see `PostgresLeaseProvider`). */
-  async acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+  acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    return this.#acquire(key, owner, ttlMs, (...args) => this.#o.leases.acquireFencedLease(...args));
+  }
+
+  /** The acquire (`acquire`: the provider's, plain or fenced), with the handover of a thread key. */
+  async #acquire<R extends AcquireResult>(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    acquire: (key: string, owner: string, ttlMs: number) => Promise<R>,
+  ): Promise<R> {
     const { leases, run, statements } = this.#o;
-    if (typeof key !== 'string' || !key.includes('\0') || leases.closed) return leases.acquireFencedLease(key, owner, ttlMs); // not a thread key
+    if (typeof key !== 'string' || !key.includes('\0') || leases.closed) return acquire(key, owner, ttlMs); // not a thread key
     let row: Row | undefined;
     try {
       const k = checkKey(key);
@@ -130,7 +139,7 @@ export class ThreadLeases implements LeaseProvider {
       this.#o.logger.error(`[PostgresPubSub] acquireLease failed for key ${showKey(key)}: ${String(error)}`);
       throw error;
     }
-    const result = await leases.acquireFencedLease(key, owner, ttlMs);
+    const result = await acquire(key, owner, ttlMs);
     // The previous owner as text; one another tool wrote as non-text bytes has no messages here.
     const previous = row === undefined ? undefined : fromWtf8(row[0] as Buffer);
     if (result.acquired && previous !== undefined && previous !== owner) await this.#redeliver(key, previous, owner);

@@ -232,6 +232,11 @@ describe("a caller's pool whose sessions use another DateStyle", () => {
         return true;
       });
       assert.equal(await provider.getLeaseOwner('k'), 'a');
+      // The PubSub's thread leases (with the handover read) answer the contract too.
+      const ps = new PostgresPubSub({ pool }, { logger: { error: () => undefined } });
+      assert.deepEqual(await ps.acquireLease('thread\0k', 'a', LONG), { acquired: true, owner: 'a' });
+      assert.deepEqual(await ps.acquireLease('thread\0k', 'b', LONG), { acquired: false, owner: 'a' });
+      await ps.close();
     } finally {
       await provider.close();
       await pool.end();
