@@ -72,7 +72,7 @@ export function fromWtf8(bytes: Uint8Array): string | undefined {
     // A pair written as two 3-byte halves is not WTF-8: it would meet the pair's 4-byte form.
     if (afterHigh && point >= 0xdc00 && point <= 0xdfff) return undefined;
     afterHigh = point >= 0xd800 && point <= 0xdbff;
-    out += String.fromCharCode(...(point > 0xffff ? [0xd800 + ((point - 0x10000) >> 10), 0xdc00 + ((point - 0x10000) & 0x3ff)] : [point]));
+    out += String.fromCodePoint(point); // a lone surrogate stays one (a string may hold it)
     i += need + 1;
   }
   return out;
