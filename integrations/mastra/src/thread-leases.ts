@@ -59,8 +59,13 @@ export function handoverStatements(leasesTable: string, schema: string | undefin
   const text = '::pg_catalog.text';
   const terminal = `ANY (ARRAY[${TERMINAL_TYPES.map((t) => `'${t}'`).join(', ')}]::pg_catalog.text[])`;
   const signalId = `COALESCE(((e.payload ${get} 'data') ${get} 'signal') ${getText} 'id', e.id${text})`;
+  // PostgreSQL cannot take a JSON string holding a lone surrogate (\\ud800, as JSON.stringify
+  // writes it) apart: such events are passed over, each tested before it is looked into.
+  const plain = (alias: string): string =>
+    `NOT (${alias}.payload${text} OPERATOR(pg_catalog.~) E'\\\\\\\\u[dD][89abAB]')`;
   const endOf = (alias: string): string =>
-    `(${alias}.payload ${getText} 'runId') ${eq} $2${text} AND (${alias}.payload ${getText} 'type') ${eq} ${terminal}`;
+    `CASE WHEN ${plain(alias)} THEN (${alias}.payload ${getText} 'runId') ${eq} $2${text} AND ` +
+    `(${alias}.payload ${getText} 'type') ${eq} ${terminal} ELSE false END`;
   return {
     // $1 key → the row's owner, live or not (the tenure an acquire is about to replace).
     previousOwner: `SELECT owner FROM ${leases} WHERE key ${eq} $1::pg_catalog.bytea`,
@@ -77,7 +82,8 @@ export function handoverStatements(leasesTable: string, schema: string | undefin
   LIMIT 1
 ), latest AS (
   SELECT DISTINCT ON (${signalId}) e.id, e.payload::pg_catalog.jsonb AS p FROM ${ev} AS e
-  WHERE e.topic ${eq} $1${text} AND (e.payload ${getText} 'type') ${eq} 'signal-enqueued' AND NOT EXISTS (SELECT FROM ended)
+  WHERE e.topic ${eq} $1${text} AND NOT EXISTS (SELECT FROM ended)
+    AND CASE WHEN ${plain('e')} THEN (e.payload ${getText} 'type') ${eq} 'signal-enqueued' ELSE false END
   ORDER BY ${signalId}, e.id DESC
 )
 INSERT INTO ${ev} (topic, payload)
