@@ -26,12 +26,15 @@ from .errors import (
     LeaseTypeError,
     LeaseValueError,
 )
+from .keys import LONG_KEY_HEAD_BYTES, LONG_KEY_MARKER, map_long_key
 from .observer import LeaseEvent, LeaseEventKind, LeaseObserver, StatementEvent
 from .schema import lease_table
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LONG_KEY_HEAD_BYTES",
+    "LONG_KEY_MARKER",
     "NOOP_LEASE_PROVIDER",
     "AcquireResult",
     "Coordinator",
@@ -67,4 +70,5 @@ __all__ = [
     "is_lease_provider",
     "lease_provider_or_noop",
     "lease_table",
+    "map_long_key",
 ]

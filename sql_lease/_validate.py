@@ -33,13 +33,12 @@ Millis: TypeAlias = int | timedelta
 
 
 def check_name(what: str, value: object) -> bytes:
-    """Validate a key or owner and return its UTF-8 bytes (the stored form)."""
+    """Validate a key or owner and return its stored form: its UTF-8 bytes, a lone surrogate
+    as its 3-byte form (``surrogatepass``, as the TypeScript package's WTF-8), so that every
+    string a JavaScript process may hold addresses the same lease from Python."""
     if not isinstance(value, str):
         raise LeaseTypeError(f"{what} must be a str, not {type(value).__name__}")
-    try:
-        encoded = value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise LeaseValueError(f"{what} is not encodable as UTF-8: {exc.reason}") from None
+    encoded = value.encode("utf-8", "surrogatepass")
     if not encoded:
         raise LeaseValueError(f"{what} must not be empty")
     if len(encoded) > MAX_NAME_BYTES:

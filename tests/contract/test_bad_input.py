@@ -20,7 +20,7 @@ METHODS: dict[str, tuple[str, ...]] = {
     "transfer_lease": ("key", "from_owner", "to_owner", "ttl_ms"),
 }
 NAME_TYPE_ERRORS = [None, 1, 1.5, b"k", ["k"], object()]
-NAME_VALUE_ERRORS = ["", "x" * 1025, "\u00e9" * 513, "\ud800", "ok\udfffok"]
+NAME_VALUE_ERRORS = ["", "x" * 1025, "\u00e9" * 513]
 TTL_TYPE_ERRORS = [None, True, False, 1.0, 1000.0, "1000", b"1", [1]]
 TTL_VALUE_ERRORS = [0, -1, -LONG, 365 * 24 * 3600 * 1000 + 1, 10**30]
 

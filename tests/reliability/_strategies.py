@@ -34,10 +34,12 @@ TRICKY_NAMES = (
 
 
 def _fits(s: str) -> bool:
-    return len(s.encode("utf-8")) <= MAX_NAME_BYTES
+    return len(s.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES
 
 
-#: Valid keys and owners: any non-empty string of at most 1024 UTF-8 bytes (no lone surrogates).
+#: Valid keys and owners: any non-empty string of at most 1024 bytes (UTF-8, a lone surrogate in
+#: its 3-byte form). Lone surrogates are left out here: reading them back needs the row decoders'
+#: ``surrogatepass`` (tests/unit/test_keys.py and the TypeScript cross-language test cover them).
 names = st.one_of(
     st.sampled_from(TRICKY_NAMES),
     st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=12),
@@ -77,7 +79,6 @@ bad_names = st.one_of(
     st.just(MyStr("")),
     st.integers(MAX_NAME_BYTES + 1, 4 * MAX_NAME_BYTES).map(lambda n: "x" * n),
     st.integers(MAX_NAME_BYTES // 2 + 1, MAX_NAME_BYTES).map(lambda n: "\u00e9" * n),
-    st.sampled_from(["\ud800", "ok\udfffok", "\udc80"]),
 )
 
 #: Valid TTLs (ints in range, including int subclasses).

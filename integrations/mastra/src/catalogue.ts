@@ -79,9 +79,13 @@ export function notifyChannel(table: string, schema?: string): string {
   return 'sql_lease:' + createHash('sha1').update(name).digest('hex');
 }
 
-/** Render every statement for `schema.table` (names already validated). */
-export function buildStatements(table: string, schema?: string): Statements {
-  const prefix = schema === undefined ? '' : `${quoteIdent(schema)}.`;
+/**
+ * Render every statement for `schema.table` (names already validated). Relations are
+ * qualified with `qualifyWith` (default `schema`: the resolved schema when none is configured,
+ * schema-resolve.ts); the notify channel follows the configured `schema`, as Python names it.
+ */
+export function buildStatements(table: string, schema?: string, qualifyWith: string | undefined = schema): Statements {
+  const prefix = qualifyWith === undefined ? '' : `${quoteIdent(qualifyWith)}.`;
   const qualified = prefix + quoteIdent(table);
   const sequence = prefix + quoteIdent(`${table}_fence_seq`);
   const channel = notifyChannel(table, schema);

@@ -27,13 +27,13 @@ export function encode(event: PublishedEvent): string {
   return text;
 }
 
-/** An event from a row `[id, seq, payload, created_at, ...]`. */
+/** An event from a row `[id, seq, payload, created_at (epoch ms), ...]`. */
 export function decode(row: Row, deliveryAttempt: number): Event {
   const stored = JSON.parse(row[2] as string) as Omit<Event, 'id' | 'createdAt'>;
   return {
     ...stored,
     id: String(row[0]),
-    createdAt: row[3] as Date,
+    createdAt: new Date(Number(row[3])), // epoch milliseconds (events-sql.ts)
     index: stored.index ?? Number(row[1]),
     deliveryAttempt,
   };

@@ -54,6 +54,8 @@ export interface DeliveryOptions {
   batch: number;
   ackTimeoutMs: number;
   nackDelayMs: number;
+  /** Deliveries of a group event before it is parked (`MAX_ATTEMPTS_OFF`: never). */
+  maxDeliveryAttempts: number;
   logger: PubSubLogger;
 }
 
@@ -226,14 +228,19 @@ export class Delivery {
   }
 
   async #claimLoop(state: TopicState, group: string, members: GroupState): Promise<void> {
-    const { run, sql, batch, consumer, ackTimeoutMs } = this.#o;
+    const { run, sql, batch, consumer, ackTimeoutMs, maxDeliveryAttempts } = this.#o;
     try {
       do {
         members.again = false;
         for (;;) {
           if (this.#closed || members.members.length === 0) return;
-          const rows = await run.run('deliver', true, sql.claim, [group, state.topic, consumer, batch, ackTimeoutMs]);
+          const args = [group, state.topic, consumer, batch, ackTimeoutMs, maxDeliveryAttempts];
+          const rows = await run.run('deliver', true, sql.claim, args);
           for (const row of rows) {
+            if (row[5] === true) {
+              this.#parked(state.topic, group, String(row[0]), Number(row[4]), 'its ack timed out');
+              continue;
+            }
             const member = this.#pick(members);
             if (member === undefined) break; // unsubscribed meanwhile: the claims expire to others
             const { ack, nack } = this.#settlers(state, group, row[0] as string);
@@ -256,7 +263,7 @@ export class Delivery {
 
   /** The ack and nack of one claimed event: each acts once, only while this instance holds it. */
   #settlers(state: TopicState, group: string, id: string): { ack: Ack; nack: Ack } {
-    const { run, sql, consumer, nackDelayMs } = this.#o;
+    const { run, sql, consumer, nackDelayMs, maxDeliveryAttempts } = this.#o;
     let settled: Promise<void> | undefined;
     const ack: Ack = () => {
       settled ??= run.run('ack', true, sql.ack, [group, state.topic, id, consumer]).then(() => undefined);
@@ -264,8 +271,11 @@ export class Delivery {
     };
     const nack: Ack = () => {
       settled ??= run
-        .run('nack', true, sql.nack, [group, state.topic, id, consumer, nackDelayMs])
-        .then(() => this.#after(nackDelayMs, () => void this.#claim(state, group)));
+        .run('nack', true, sql.nack, [group, state.topic, id, consumer, nackDelayMs, maxDeliveryAttempts])
+        .then((rows) => {
+          if (rows[0]?.[0] === true) this.#parked(state.topic, group, id, maxDeliveryAttempts, 'it was nacked');
+          else this.#after(nackDelayMs, () => void this.#claim(state, group));
+        });
       return settled;
     };
     return { ack, nack };
@@ -295,7 +305,12 @@ export class Delivery {
     const nack: Ack = () => {
       if (!settled) {
         settled = true;
-        const again = { ...event, deliveryAttempt: (event.deliveryAttempt ?? 1) + 1 };
+        const attempt = event.deliveryAttempt ?? 1;
+        if (attempt >= this.#o.maxDeliveryAttempts) {
+          this.#parked(topic, '(local)', event.id, attempt, 'it was nacked; a local-only event is dropped');
+          return Promise.resolve();
+        }
+        const again = { ...event, deliveryAttempt: attempt + 1 };
         this.#after(this.#o.nackDelayMs, () => this.#deliverLocalToGroup(topic, members, again));
       }
       return Promise.resolve();
@@ -305,6 +320,17 @@ export class Delivery {
       return Promise.resolve();
     };
     this.#deliver(topic, member, event, ack, nack, true);
+  }
+
+  /** Say (warn) that a group event reached max delivery attempts and is no longer delivered. */
+  #parked(topic: string, group: string, id: string, attempts: number, why: string): void {
+    const logger = this.#o.logger;
+    (logger.warn ?? logger.error).call(
+      logger,
+      `[PostgresPubSub] event ${id} on ${topic} for group ${group} reached max delivery attempts (${attempts}) and ` +
+        `${why}: parked, not delivered again (its claim has visible_at = 'infinity'; see the README)`,
+      { topic, group, eventId: id, attempts },
+    );
   }
 
   #track<T>(promise: Promise<T>): Promise<T> {

@@ -7,6 +7,11 @@
  * them, and `EXPECTED_COLUMNS` is what this package relies on. The drift test migrates a
  * database and compares it with both.
  *
+ * Every object is named in full: relations schema-qualified (the schema resolved once when
+ * none is configured), functions, types and operators from `pg_catalog`, so that no
+ * look-alike on the search path and no temp table can change what a statement does; and
+ * `created_at` is read as epoch milliseconds, so no session setting changes it.
+ *
  * Ordering: the insert trigger takes the topic's row lock in `<t>_event_topics` before it
  * draws the event's `id`, so the events of one topic commit in `id` order. A reader that has
  * seen `id` N of a topic therefore never later finds a smaller one: `id` is a safe cursor.
@@ -61,11 +66,23 @@ export const EXPECTED_COLUMNS: Record<keyof Pick<EventNames, 'events' | 'topics'
   },
 };
 
+/** Operators named in full: no look-alike on the search path can take a statement over. */
+export const OP = {
+  eq: 'OPERATOR(pg_catalog.=)',
+  ne: 'OPERATOR(pg_catalog.<>)',
+  lt: 'OPERATOR(pg_catalog.<)',
+  le: 'OPERATOR(pg_catalog.<=)',
+  gt: 'OPERATOR(pg_catalog.>)',
+  ge: 'OPERATOR(pg_catalog.>=)',
+  plus: 'OPERATOR(pg_catalog.+)',
+  minus: 'OPERATOR(pg_catalog.-)',
+} as const;
+
 export interface EventStatements {
   names: EventNames;
   /** Qualified, quoted table names. */
   qualified: Record<'events' | 'topics' | 'groups' | 'claims' | 'versions', string>;
-  /** $1 topic, $2 payload (JSON text) → id, seq, created_at. */
+  /** $1 topic, $2 payload (JSON text) → id, seq. */
   publish: string;
   /** $1 topic → the newest id of the topic (0 when none). */
   head: string;
@@ -77,11 +94,18 @@ export interface EventStatements {
   history: string;
   /** $1 group, $2 topic, $3 start at the head (boolean): creates the group if new. */
   joinGroup: string;
-  /** $1 group, $2 topic, $3 consumer, $4 limit, $5 ack timeout ms → events claimed for $3. */
+  /**
+   * $1 group, $2 topic, $3 consumer, $4 limit, $5 ack timeout ms, $6 max attempts → events
+   * claimed for $3 (id, seq, payload, created_at, attempts, parked): due claims of events
+   * delivered $6 times already are parked instead (`visible_at` infinity; `parked` true).
+   */
   claim: string;
   /** $1 group, $2 topic, $3 event id, $4 consumer → the claim ended (a row) or not. */
   ack: string;
-  /** $1 group, $2 topic, $3 event id, $4 consumer, $5 delay ms → the claim made due again. */
+  /**
+   * $1 group, $2 topic, $3 event id, $4 consumer, $5 delay ms, $6 max attempts → the claim made
+   * due again, or parked (`visible_at` infinity) when it was the last attempt; → parked or not.
+   */
   nack: string;
   /** $1 topic: events, claims, groups and the topic's counter. */
   clearTopic: string;
@@ -95,81 +119,108 @@ export interface EventStatements {
   version: string;
 }
 
-export function buildEventStatements(table: string, schema: string | undefined, versionTable: string): EventStatements {
+/**
+ * The statements on the event tables of `table`: names (the channel) from the configured
+ * `schema`, relations qualified with `qualifyWith` (the resolved schema when none is
+ * configured: schema-resolve.ts).
+ */
+export function buildEventStatements(
+  table: string,
+  schema: string | undefined,
+  versionTable: string,
+  qualifyWith: string | undefined = schema,
+): EventStatements {
   const names = eventNames(table, schema);
-  const prefix = schema === undefined ? '' : `${quoteIdent(schema)}.`;
+  const prefix = qualifyWith === undefined ? '' : `${quoteIdent(qualifyWith)}.`;
   const q = (name: string): string => prefix + quoteIdent(name);
   const ev = q(names.events);
   const tp = q(names.topics);
   const gr = q(names.groups);
   const cl = q(names.claims);
-  const cols = 'e.id, e.seq, e.payload::text, e.created_at';
+  const { eq, gt, ge, lt, le, ne, plus, minus } = OP;
+  const text = '::pg_catalog.text';
+  const int8 = '::pg_catalog.int8';
+  const now = 'pg_catalog.clock_timestamp()';
+  const ms = (param: string): string => `(${param}${int8} OPERATOR(pg_catalog.*) '1 millisecond'::pg_catalog.interval)`;
+  // (OPERATOR(...) forms share one precedence, left to right: comparisons parenthesise.)
+  // created_at as epoch milliseconds: a number, whatever the session's DateStyle or TimeZone.
+  const cols = `e.id, e.seq, e.payload${text}, pg_catalog.floor(EXTRACT(EPOCH FROM e.created_at) OPERATOR(pg_catalog.*) 1000)${int8}`;
   const probeOf = (qualified: string, columns: Record<string, string>): string =>
-    `(SELECT count(*) FROM (SELECT ${Object.keys(columns).join(', ')} FROM ${qualified} LIMIT 0) AS x)`;
-  const literal = (text: string): string => `'${text.replaceAll("'", "''")}'`;
+    `(SELECT pg_catalog.count(*) FROM (SELECT ${Object.keys(columns).join(', ')} FROM ${qualified} LIMIT 0) AS x)`;
+  const literal = (value: string): string => `'${value.replaceAll("'", "''")}'`;
+  const group = `group_name ${eq} $1${text} AND topic ${eq} $2${text}`;
+  // The group's due claims ($6: max attempts), locked one by one, skipping those another takes.
+  const dueClaims = (attempts: string): string =>
+    `(SELECT d.event_id FROM ${cl} AS d WHERE d.group_name ${eq} $1${text} AND d.topic ${eq} $2${text} ` +
+    `AND d.visible_at ${le} ${now} AND d.attempts ${attempts} $6::pg_catalog.int4 AND EXISTS (SELECT 1 FROM g) ` +
+    `ORDER BY d.event_id LIMIT $4${int8} FOR UPDATE SKIP LOCKED) AS pick`;
   return {
     names,
     qualified: { events: ev, topics: tp, groups: gr, claims: cl, versions: q(versionTable) },
-    publish: `INSERT INTO ${ev} (topic, payload) VALUES ($1, $2::json) RETURNING id, seq, created_at`,
-    head: `SELECT coalesce(max(id), 0) FROM ${ev} WHERE topic = $1`,
-    fetch: `SELECT ${cols} FROM ${ev} AS e WHERE e.topic = $1 AND e.id > $2::bigint ORDER BY e.id LIMIT $3`,
+    publish: `INSERT INTO ${ev} (topic, payload) VALUES ($1${text}, $2::pg_catalog.json) RETURNING id, seq`,
+    head: `SELECT COALESCE(pg_catalog.max(id), 0) FROM ${ev} WHERE topic ${eq} $1${text}`,
+    fetch: `SELECT ${cols} FROM ${ev} AS e WHERE e.topic ${eq} $1${text} AND e.id ${gt} $2${int8} ORDER BY e.id LIMIT $3${int8}`,
     replay:
-      `SELECT ${cols} FROM ${ev} AS e WHERE e.topic = $1 AND (e.seq >= $2::bigint OR ` +
-      `e.id = (SELECT max(id) FROM ${ev} WHERE topic = $1)) ORDER BY e.id`,
-    history: `SELECT ${cols} FROM ${ev} AS e WHERE e.topic = $1 AND e.seq >= $2::bigint ORDER BY e.seq`,
+      `SELECT ${cols} FROM ${ev} AS e WHERE e.topic ${eq} $1${text} AND (e.seq ${ge} $2${int8} OR ` +
+      `e.id ${eq} (SELECT pg_catalog.max(x.id) FROM ${ev} AS x WHERE x.topic ${eq} $1${text})) ORDER BY e.id`,
+    history: `SELECT ${cols} FROM ${ev} AS e WHERE e.topic ${eq} $1${text} AND e.seq ${ge} $2${int8} ORDER BY e.seq`,
     joinGroup:
-      `INSERT INTO ${gr} (group_name, topic, next_id) VALUES ($1, $2, CASE WHEN $3::boolean ` +
-      `THEN (SELECT coalesce(max(id), 0) + 1 FROM ${ev} WHERE topic = $2) ELSE 0 END) ` +
+      `INSERT INTO ${gr} (group_name, topic, next_id) VALUES ($1${text}, $2${text}, CASE WHEN $3::pg_catalog.bool ` +
+      `THEN (SELECT COALESCE(pg_catalog.max(e.id), 0) ${plus} 1 FROM ${ev} AS e WHERE e.topic ${eq} $2${text}) ELSE 0 END) ` +
       'ON CONFLICT (group_name, topic) DO NOTHING',
     // One statement: lock the group's cursor (members of a group claim one after another),
-    // take the due claims of others (expired or nacked) and the next unclaimed events.
+    // take the due claims of others (expired or nacked), park those delivered $6 times
+    // already, and take the next unclaimed events.
     claim: `WITH g AS (
-  SELECT next_id FROM ${gr} WHERE group_name = $1 AND topic = $2 FOR UPDATE
+  SELECT next_id FROM ${gr} WHERE ${group} FOR UPDATE
 ), fresh AS (
-  SELECT e.id FROM ${ev} AS e, g WHERE e.topic = $2 AND e.id >= g.next_id ORDER BY e.id LIMIT $4
+  SELECT e.id FROM ${ev} AS e, g WHERE e.topic ${eq} $2${text} AND e.id ${ge} g.next_id ORDER BY e.id LIMIT $4${int8}
 ), moved AS (
-  UPDATE ${gr} SET next_id = (SELECT max(id) + 1 FROM fresh)
-  WHERE group_name = $1 AND topic = $2 AND EXISTS (SELECT 1 FROM fresh)
+  UPDATE ${gr} SET next_id = (SELECT pg_catalog.max(f.id) ${plus} 1 FROM fresh AS f)
+  WHERE ${group} AND EXISTS (SELECT 1 FROM fresh)
 ), due AS (
-  UPDATE ${cl} AS c SET consumer = $3, attempts = c.attempts + 1,
-    visible_at = clock_timestamp() + $5::bigint * interval '1 millisecond'
-  WHERE (c.group_name, c.topic, c.event_id) IN (
-    SELECT group_name, topic, event_id FROM ${cl}
-    WHERE group_name = $1 AND topic = $2 AND visible_at <= clock_timestamp()
-      AND EXISTS (SELECT 1 FROM g)
-    ORDER BY event_id LIMIT $4 FOR UPDATE SKIP LOCKED)
-  RETURNING c.event_id, c.attempts
+  UPDATE ${cl} AS c SET consumer = $3${text}, attempts = c.attempts ${plus} 1, visible_at = ${now} ${plus} ${ms('$5')}
+  FROM ${dueClaims(lt)}
+  WHERE c.group_name ${eq} $1${text} AND c.topic ${eq} $2${text} AND c.event_id ${eq} pick.event_id
+  RETURNING c.event_id, c.attempts, false AS parked
+), parked AS (
+  UPDATE ${cl} AS c SET visible_at = 'infinity'::pg_catalog.timestamptz
+  FROM ${dueClaims(ge)}
+  WHERE c.group_name ${eq} $1${text} AND c.topic ${eq} $2${text} AND c.event_id ${eq} pick.event_id
+  RETURNING c.event_id, c.attempts, true AS parked
 ), taken AS (
   INSERT INTO ${cl} (group_name, topic, event_id, consumer, visible_at, attempts)
-  SELECT $1, $2, id, $3, clock_timestamp() + $5::bigint * interval '1 millisecond', 1 FROM fresh
-  RETURNING event_id, attempts
+  SELECT $1${text}, $2${text}, f.id, $3${text}, ${now} ${plus} ${ms('$5')}, 1 FROM fresh AS f
+  RETURNING event_id, attempts, false AS parked
 )
-SELECT ${cols}, x.attempts FROM (SELECT * FROM due UNION ALL SELECT * FROM taken) AS x
-JOIN ${ev} AS e ON e.id = x.event_id ORDER BY e.id`,
-    ack: `DELETE FROM ${cl} WHERE group_name = $1 AND topic = $2 AND event_id = $3::bigint AND consumer = $4 RETURNING event_id`,
+SELECT ${cols}, x.attempts, x.parked FROM (SELECT * FROM due UNION ALL SELECT * FROM taken UNION ALL SELECT * FROM parked) AS x
+JOIN ${ev} AS e ON e.id ${eq} x.event_id ORDER BY e.id`,
+    ack: `DELETE FROM ${cl} WHERE ${group} AND event_id ${eq} $3${int8} AND consumer ${eq} $4${text} RETURNING event_id`,
     nack:
-      `UPDATE ${cl} SET visible_at = clock_timestamp() + $5::bigint * interval '1 millisecond' ` +
-      'WHERE group_name = $1 AND topic = $2 AND event_id = $3::bigint AND consumer = $4 RETURNING event_id',
-    clearTopic: `WITH c AS (DELETE FROM ${cl} WHERE topic = $1), g AS (DELETE FROM ${gr} WHERE topic = $1),
-t AS (DELETE FROM ${tp} WHERE topic = $1)
-DELETE FROM ${ev} WHERE topic = $1`,
+      `UPDATE ${cl} SET visible_at = CASE WHEN attempts ${ge} $6::pg_catalog.int4 THEN 'infinity'::pg_catalog.timestamptz ` +
+      `ELSE ${now} ${plus} ${ms('$5')} END ` +
+      `WHERE ${group} AND event_id ${eq} $3${int8} AND consumer ${eq} $4${text} ` +
+      `RETURNING visible_at ${eq} 'infinity'::pg_catalog.timestamptz`,
+    clearTopic: `WITH c AS (DELETE FROM ${cl} WHERE topic ${eq} $1${text}), g AS (DELETE FROM ${gr} WHERE topic ${eq} $1${text}),
+t AS (DELETE FROM ${tp} WHERE topic ${eq} $1${text})
+DELETE FROM ${ev} WHERE topic ${eq} $1${text}`,
     cleanupEvents: `WITH old AS (
-  SELECT id FROM ${ev} WHERE created_at < clock_timestamp() - $1::bigint * interval '1 millisecond'
-  ORDER BY created_at LIMIT $2
+  SELECT o.id FROM ${ev} AS o WHERE o.created_at ${lt} (${now} ${minus} ${ms('$1')})
+  ORDER BY o.created_at LIMIT $2${int8}
 ), gone AS (
-  DELETE FROM ${ev} AS e USING old WHERE e.id = old.id RETURNING e.id
+  DELETE FROM ${ev} AS e USING old WHERE e.id ${eq} old.id RETURNING e.id
 ), c AS (
-  DELETE FROM ${cl} AS c USING gone WHERE c.event_id = gone.id
+  DELETE FROM ${cl} AS c USING gone WHERE c.event_id ${eq} gone.id
 )
-SELECT count(*) FROM gone`,
+SELECT pg_catalog.count(*) FROM gone`,
     cleanupTopics:
-      `WITH d AS (DELETE FROM ${tp} AS t WHERE t.last_at < clock_timestamp() - $1::bigint * interval '1 millisecond' ` +
-      `AND NOT EXISTS (SELECT 1 FROM ${ev} AS e WHERE e.topic = t.topic) RETURNING 1) SELECT count(*) FROM d`,
+      `WITH d AS (DELETE FROM ${tp} AS t WHERE t.last_at ${lt} (${now} ${minus} ${ms('$1')}) ` +
+      `AND NOT EXISTS (SELECT 1 FROM ${ev} AS e WHERE e.topic ${eq} t.topic) RETURNING 1) SELECT pg_catalog.count(*) FROM d`,
     probe:
-      `SELECT ${probeOf(ev, EXPECTED_COLUMNS.events)} + ${probeOf(tp, EXPECTED_COLUMNS.topics)} + ` +
-      `${probeOf(gr, EXPECTED_COLUMNS.groups)} + ${probeOf(cl, EXPECTED_COLUMNS.claims)}, ` +
-      `(SELECT count(*) FROM pg_trigger WHERE tgrelid = ${literal(ev)}::regclass ` +
-      `AND tgname = ${literal(names.stampFunction)} AND tgenabled <> 'D')`,
+      `SELECT ${probeOf(ev, EXPECTED_COLUMNS.events)} ${plus} ${probeOf(tp, EXPECTED_COLUMNS.topics)} ${plus} ` +
+      `${probeOf(gr, EXPECTED_COLUMNS.groups)} ${plus} ${probeOf(cl, EXPECTED_COLUMNS.claims)}, ` +
+      `(SELECT pg_catalog.count(*) FROM pg_catalog.pg_trigger WHERE tgrelid ${eq} ${literal(ev)}::pg_catalog.regclass ` +
+      `AND tgname ${eq} ${literal(names.stampFunction)}::pg_catalog.name AND tgenabled ${ne} 'D')`,
     version: `SELECT version_num FROM ${q(versionTable)}`,
   };
 }

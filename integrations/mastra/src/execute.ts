@@ -20,6 +20,7 @@ import type { Pool, PoolClient } from 'pg';
 
 import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './errors.js';
 import { render, timeoutPrefix, type Pooler } from './pooler.js';
+import { RESULT_TYPES } from './result-types.js';
 
 /** A statement's rows, each an array of column values in the catalogue's column order. */
 export type Row = unknown[];
@@ -97,7 +98,11 @@ export class Executor {
       const query = (client: PoolClient): void => {
         sent = true;
         current = client;
-        const config = simple === undefined ? { text, values, rowMode: 'array' } : { text: simple, rowMode: 'array' };
+        // Timestamps are read only in ISO form (result-types.ts): never an Invalid Date.
+        const config =
+          simple === undefined
+            ? { text, values, rowMode: 'array', types: RESULT_TYPES }
+            : { text: simple, rowMode: 'array', types: RESULT_TYPES };
         client.query<Row>(config, (error: Error | null | undefined, result) => {
           if (current !== client) return; // timed out: already destroyed and reported
           current = undefined;

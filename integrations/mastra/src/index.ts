@@ -23,15 +23,18 @@ export {
   PostgresLeaseProvider,
   type AcquireResult,
   type ConnectionOptions,
+  type FencedAcquireResult,
+  type LeaseLogger,
   type Lease,
   type Tenure,
   type ProviderOptions,
 } from './provider.js';
 export { type Pooler } from './pooler.js';
 export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
-export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubOptions } from './pubsub.js';
+export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubLoggerOption, type PubSubOptions } from './pubsub.js';
 export { ThreadLeases, threadTopic } from './thread-leases.js';
 export { MAX_NAME_BYTES, MAX_TTL_MS } from './validate.js';
+export { LONG_KEY_HEAD_BYTES, LONG_KEY_MARKER, mapLongKey } from './keys.js';
 export { LeasingPubSub, withLeases } from './with-leases.js';
 
 // Compile-time check: the provider is a Mastra LeaseProvider.

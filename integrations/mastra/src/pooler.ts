@@ -28,11 +28,23 @@ export function checkPooler(value: unknown): Pooler | undefined {
   throw new LeaseTypeError(`pooler must be "transaction" or "session", not ${shown}`);
 }
 
-/** The prefix that sets the server-side timeouts (`ms`) for the one query it starts. */
+/**
+ * The prefix that sets the server-side timeouts (`ms`) for the one query it starts, and pins
+ * the settings text results depend on (simple-protocol results are text), which a pooled
+ * session may carry from another client or a database setting. (The search path is not
+ * pinned: every statement names its objects in full, and the event tables' trigger functions
+ * find their tables through it.)
+ */
 export function timeoutPrefix(ms: number): string {
   const n = Math.max(1, Math.round(ms));
-  return `SET LOCAL statement_timeout = ${n}; SET LOCAL lock_timeout = ${n}; `;
+  return (
+    `SET LOCAL statement_timeout = ${n}; SET LOCAL lock_timeout = ${n}; ${PINNED}`
+  );
 }
+
+const PINNED =
+  "SET LOCAL DateStyle = 'ISO, MDY'; SET LOCAL TimeZone = 'UTC'; SET LOCAL IntervalStyle = 'postgres'; " +
+  "SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'; ";
 
 /** A value as an untyped SQL literal (`NULL`, a quoted string, `E'\\x..'` for bytes). */
 export function literal(value: unknown): string {

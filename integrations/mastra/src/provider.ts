@@ -8,28 +8,43 @@
  * grows with every new tenure; a failed acquire always names the holder.
  */
 
-import pg from 'pg';
 import type { Pool } from 'pg';
 
-import { buildStatements, catalogue, type Statements } from './catalogue.js';
+import { buildStatements, catalogue, quoteIdent, type Statements } from './catalogue.js';
 import { ContentionHints } from './contention.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
-import { Executor, SERVER_SHARE, type Row } from './execute.js';
+import { Executor, type Row } from './execute.js';
+import { createPool, describeWhere, poolWhere } from './pool.js';
 import { checkPooler, type Pooler } from './pooler.js';
-import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
+import { resolveSchema } from './schema-resolve.js';
+import { decodeName } from './keys.js';
+import { toDate } from './result-types.js';
+import { checkIdentifier, checkKey, checkName, checkTimeout, checkTtl } from './validate.js';
 
 /** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
 export const DEFAULT_TIMEOUT_MS = 5_000;
 
-/** What `acquireLease` returns: Mastra's `{ acquired, owner }`, plus the fence and expiry. */
+/** What `acquireLease` returns: exactly Mastra's `{ acquired, owner }`. */
 export interface AcquireResult {
   acquired: boolean;
   /** The caller when acquired, else the live holder. */
   owner: string;
+}
+
+/** What `acquireFencedLease` returns: `acquireLease`'s answer plus the tenure's fence and expiry. */
+export interface FencedAcquireResult extends AcquireResult {
   /** The fencing token of the tenure (the caller's, or the holder's). */
   fence: bigint;
   /** When that tenure expires, by the database clock (millisecond precision). */
   expiresAt: Date;
+}
+
+/** An acquire's answer with its expiry as read (a Date, or a `ForeignTime`: result-types.ts). */
+type RawAcquire = Omit<FencedAcquireResult, 'expiresAt'> & { expiresAt: unknown };
+
+/** Where the provider reports a failed acquire (default `console`). */
+export interface LeaseLogger {
+  error(message: string, ...args: unknown[]): void;
 }
 
 /** A tenure as a renew or transfer reports it: its fence and its new expiry. */
@@ -38,8 +53,8 @@ export interface Tenure {
   expiresAt: Date;
 }
 
-function tenure(row: Row | undefined): Tenure | undefined {
-  return row === undefined ? undefined : { fence: BigInt(row[0] as string), expiresAt: row[1] as Date };
+function tenure(row: Row | undefined, operation: string): Tenure | undefined {
+  return row === undefined ? undefined : { fence: BigInt(row[0] as string), expiresAt: toDate(row[1], operation, true) };
 }
 
 /** A live lease as `getLease` reads it. */
@@ -63,6 +78,11 @@ export interface ProviderOptions {
   /** Connections of the provider's own pool (default 10; ignored with `{ pool }`). */
   maxConnections?: number | undefined;
   /**
+   * Where a failed `acquireLease` is reported, at error level with its key (default
+   * `console`): Mastra 1.71's runtime treats a rejected acquire as won (see the README).
+   */
+  logger?: LeaseLogger | undefined;
+  /**
    * The connection reaches PostgreSQL through a pooler such as PgBouncer, in `'transaction'`
    * or `'session'` pooling: no startup parameter but `application_name`, and each call one
    * simple query with its values bound on the client and the server-side timeouts set inside
@@ -71,67 +91,25 @@ export interface ProviderOptions {
   pooler?: Pooler | undefined;
 }
 
-/** Where a connection string points, without any password (for messages). */
-export function describeWhere(connectionString: string): string {
-  try {
-    const url = new URL(connectionString);
-    const user = url.username ? `${decodeURIComponent(url.username)}@` : '';
-    return `${url.protocol}//${user}${url.host}${url.pathname}`;
-  } catch {
-    return 'the configured PostgreSQL database';
-  }
-}
-
-/** Where a caller's pool points, as far as its options tell, without any password. */
-export function poolWhere(pool: Pool): string {
-  const options = (pool as { options?: { connectionString?: unknown; host?: unknown; port?: unknown; database?: unknown } })
-    .options;
-  if (typeof options?.connectionString === 'string') return describeWhere(options.connectionString);
-  if (typeof options?.host === 'string' || typeof options?.database === 'string') {
-    const port = options.port === undefined ? '' : `:${String(options.port)}`;
-    return `postgresql://${String(options.host ?? 'localhost')}${port}/${String(options.database ?? '')}`;
-  }
-  return "the caller's pool";
-}
-
-/**
- * The pool a provider (or PubSub) creates for a connection string: `max` connections, and
- * `statement_timeout`/`lock_timeout` at 80% of `timeoutMs` so the server gives up first (as
- * startup parameters; behind a `pooler`, which refuses them, the executor sets them per query).
- *
- * The connect timeout is set on each new connection, not on the pool: a pool-level
- * `connectionTimeoutMillis` arms a timer on every checkout, even of an idle connection, and
- * the executor's deadline already bounds the wait for a checkout.
- */
-export function createPool(connectionString: string, timeoutMs: number, max: number, pooler?: Pooler): Pool {
-  const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
-  const connectMs = Math.ceil(timeoutMs);
-  class TimedClient extends pg.Client {
-    constructor(config?: pg.ClientConfig) {
-      super({ ...config, connectionTimeoutMillis: connectMs });
-    }
-  }
-  const pool = new pg.Pool({
-    connectionString,
-    max,
-    ...(pooler === undefined ? { statement_timeout: serverMs, lock_timeout: serverMs } : {}),
-    application_name: 'sql_lease_mastra',
-    allowExitOnIdle: true,
-    Client: TimedClient,
-  });
-  // An idle connection that dies is dropped by the pool; without a listener the error would
-  // crash the process.
-  pool.on('error', () => undefined);
-  return pool;
+/** A key or owner for a log line: quoted with escapes, its head only when long. */
+export function showKey(text: unknown): string {
+  if (typeof text !== 'string') return `(not a string: ${typeof text})`;
+  const shown = JSON.stringify(text.length > 200 ? text.slice(0, 200) : text);
+  return text.length > 200 ? `${shown}... (${text.length} UTF-16 units)` : shown;
 }
 
 export class PostgresLeaseProvider {
-  readonly #sql: Statements;
+  /** The statements, once the schema is known (at construction when configured). */
+  #sql: Statements | undefined;
+  #resolving: Promise<Statements> | undefined;
+  readonly #pooled: boolean;
+  readonly #where: string;
   readonly #pool: Pool;
   readonly #ownsPool: boolean;
   readonly #run: Executor;
   readonly #table: string;
   readonly #schema: string | undefined;
+  readonly #logger: LeaseLogger;
   #closed = false;
   /**
    * How often acquire ran its statement again because a concurrent writer committed between
@@ -162,6 +140,11 @@ export class PostgresLeaseProvider {
     const max = options.maxConnections ?? 10;
     if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
     const pooler = checkPooler(options.pooler);
+    const logger = options.logger ?? console;
+    if (typeof logger !== 'object' || logger === null || typeof logger.error !== 'function') {
+      throw new LeaseTypeError('logger must have an error() method');
+    }
+    this.#logger = logger;
     let where: string;
     if ('pool' in connection) {
       const pool = connection.pool as unknown;
@@ -180,8 +163,10 @@ export class PostgresLeaseProvider {
     }
     this.#table = table;
     this.#schema = schema;
-    this.#sql = buildStatements(table, schema);
-    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: this.#sql.table, pooler });
+    this.#sql = schema === undefined ? undefined : buildStatements(table, schema);
+    this.#pooled = pooler !== undefined;
+    this.#where = where;
+    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: quoteIdent(table), pooler });
   }
 
   /** The leases table's name. */
@@ -207,12 +192,55 @@ export class PostgresLeaseProvider {
     if (this.#closed) throw new LeaseError('the PostgresLeaseProvider is closed');
   }
 
+  /** The statements, every relation qualified (the schema resolved once when not configured). */
+  #statements(): Statements | Promise<Statements> {
+    if (this.#sql !== undefined) return this.#sql;
+    this.#resolving ??= resolveSchema(this.#run, this.#pooled, this.#where).then(
+      (resolved) => (this.#sql = buildStatements(this.#table, this.#schema, resolved)),
+      (error: unknown) => {
+        this.#resolving = undefined; // tried again on the next call
+        throw error;
+      },
+    );
+    return this.#resolving;
+  }
+
+  /** The schema the statements use: the configured one, else the resolved default. */
+  async resolvedSchema(): Promise<string> {
+    this.#open();
+    const sql = await this.#statements();
+    return this.#schema ?? (sql.table.split('.')[0] as string).slice(1, -1);
+  }
+
   /**
-   * Claim `key` for `owner` for `ttlMs`, or report the live holder. The holder re-acquiring
-   * keeps its fence and extends its expiry; an expired or released key is won with a new fence.
+   * Claim `key` for `owner` for `ttlMs`, or report the live holder: exactly Mastra's
+   * `{ acquired, owner }`. The holder re-acquiring keeps its fence and extends its expiry; an
+   * expired or released key is won with a new fence. A failure is logged at error level with
+   * the key before it is thrown (Mastra 1.71 treats a rejected acquire as won).
    */
   async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
-    const k = checkName('key', key);
+    const { acquired, owner: holder } = await this.#logged(key, owner, ttlMs);
+    return { acquired, owner: holder };
+  }
+
+  /** Like `acquireLease`, with the tenure's fence and expiry (the caller's, or the holder's). */
+  async acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    const result = await this.#logged(key, owner, ttlMs);
+    return { ...result, expiresAt: toDate(result.expiresAt, 'acquireLease', result.acquired) };
+  }
+
+  async #logged(key: string, owner: string, ttlMs: number): Promise<RawAcquire> {
+    try {
+      return await this.#acquire(key, owner, ttlMs);
+    } catch (error) {
+      this.#logger.error(`[sql_lease] acquireLease failed for key ${showKey(key)} (owner ${showKey(owner)}): ${String(error)}`);
+      throw error;
+    }
+  }
+
+  /** The acquire; its expiry as read (`toDate` turns it into a Date where one is asked for). */
+  async #acquire(key: string, owner: string, ttlMs: number): Promise<RawAcquire> {
+    const k = checkKey(key);
     const o = checkName('owner', owner);
     const ttl = checkTtl('ttlMs', ttlMs);
     this.#open();
@@ -221,25 +249,25 @@ export class PostgresLeaseProvider {
     let budget: number | undefined; // the first statement gets the whole timeout, a second what is left
     if (hints.contended(key)) {
       // Look before writing (see contention.ts): a live other holder is the answer.
-      const row = (await this.#run.run('acquireLease', false, this.#sql.holder, [k]))[0];
+      const row = (await this.#run.run('acquireLease', false, (this.#sql ?? (await this.#statements())).holder, [k]))[0];
       if (row !== undefined && !o.equals(row[0] as Buffer)) {
         hints.held(key);
         this.acquireReads++;
         return {
           acquired: false,
-          owner: (row[0] as Buffer).toString('utf8'),
+          owner: decodeName(row[0] as Buffer, 'owner', k, 'acquireLease'),
           fence: BigInt(row[1] as string),
-          expiresAt: row[2] as Date,
+          expiresAt: row[2],
         };
       }
       budget = this.#run.timeoutMs - (performance.now() - started);
     }
     for (;;) {
-      const rows = await this.#run.run('acquireLease', true, this.#sql.acquire, [k, o, ttl], budget);
+      const rows = await this.#run.run('acquireLease', true, (this.#sql ?? (await this.#statements())).acquire, [k, o, ttl], budget);
       for (const row of rows) {
         if (row[0] === true) {
           hints.free(key);
-          return { acquired: true, owner, fence: BigInt(row[1] as string), expiresAt: row[2] as Date };
+          return { acquired: true, owner, fence: BigInt(row[1] as string), expiresAt: row[2] };
         }
       }
       const first = rows[0];
@@ -247,9 +275,9 @@ export class PostgresLeaseProvider {
         hints.held(key);
         return {
           acquired: false,
-          owner: (first[3] as Buffer).toString('utf8'),
+          owner: decodeName(first[3] as Buffer, 'owner', k, 'acquireLease'),
           fence: BigInt(first[1] as string),
-          expiresAt: first[2] as Date,
+          expiresAt: first[2],
         };
       }
       // A concurrent writer committed after this statement's snapshot: it neither won nor saw
@@ -261,26 +289,26 @@ export class PostgresLeaseProvider {
 
   /** The live owner of `key`, or undefined. */
   async getLeaseOwner(key: string): Promise<string | undefined> {
-    const k = checkName('key', key);
+    const k = checkKey(key);
     this.#open();
-    const rows = await this.#run.run('getLeaseOwner', false, this.#sql.get_owner, [k]);
+    const rows = await this.#run.run('getLeaseOwner', false, (this.#sql ?? (await this.#statements())).get_owner, [k]);
     const row = rows[0];
-    return row === undefined ? undefined : (row[0] as Buffer).toString('utf8');
+    return row === undefined ? undefined : decodeName(row[0] as Buffer, 'owner', k, 'getLeaseOwner');
   }
 
   /** The live lease of `key` (owner, fence, times), or undefined. An extension to Mastra's API. */
   async getLease(key: string): Promise<Lease | undefined> {
-    const k = checkName('key', key);
+    const k = checkKey(key);
     this.#open();
-    const rows = await this.#run.run('getLease', false, this.#sql.get_lease, [k]);
+    const rows = await this.#run.run('getLease', false, (this.#sql ?? (await this.#statements())).get_lease, [k]);
     const row = rows[0];
     if (row === undefined) return undefined;
     return {
       key,
-      owner: (row[0] as Buffer).toString('utf8'),
+      owner: decodeName(row[0] as Buffer, 'owner', k, 'getLease'),
       fence: BigInt(row[1] as string),
-      expiresAt: row[2] as Date,
-      acquiredAt: row[3] as Date,
+      expiresAt: toDate(row[2], 'getLease'),
+      acquiredAt: toDate(row[3], 'getLease'),
     };
   }
 
@@ -307,31 +335,34 @@ export class PostgresLeaseProvider {
   // in database time.
 
   /** Like `releaseLease`; the ended tenure (`at`: when it ended), or undefined for a no-op. */
-  release(key: string, owner: string): Promise<{ fence: bigint; at: Date } | undefined> {
-    return this.#release('release', key, owner);
+  async release(key: string, owner: string): Promise<{ fence: bigint; at: Date } | undefined> {
+    const row = await this.#release('release', key, owner);
+    return row === undefined ? undefined : { fence: BigInt(row[0] as string), at: toDate(row[1], 'release') };
   }
 
   /** Like `renewLease`; the renewed tenure, or undefined when the lease was lost. */
-  renew(key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
-    return this.#renew('renew', key, owner, ttlMs);
+  async renew(key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
+    return tenure(await this.#renew('renew', key, owner, ttlMs), 'renew');
   }
 
   /** Like `transferLease`; the new owner's tenure, or undefined when it was not held. */
-  transfer(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<Tenure | undefined> {
-    return this.#transfer('transfer', key, fromOwner, toOwner, ttlMs);
+  async transfer(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<Tenure | undefined> {
+    return tenure(await this.#transfer('transfer', key, fromOwner, toOwner, ttlMs), 'transfer');
   }
 
-  async #release(operation: string, key: string, owner: string): Promise<{ fence: bigint; at: Date } | undefined> {
-    const args = [checkName('key', key), checkName('owner', owner)];
+  // Each runs its statement and returns its row as read (dates converted by the caller only).
+
+
+  async #release(operation: string, key: string, owner: string): Promise<Row | undefined> {
+    const args = [checkKey(key), checkName('owner', owner)];
     this.#open();
-    const row = (await this.#run.run(operation, true, this.#sql.release, args))[0];
-    return row === undefined ? undefined : { fence: BigInt(row[0] as string), at: row[1] as Date };
+    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).release, args))[0];
   }
 
-  async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
-    const args = [checkName('key', key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
+  async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Row | undefined> {
+    const args = [checkKey(key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
     this.#open();
-    return tenure((await this.#run.run(operation, true, this.#sql.renew, args))[0]);
+    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).renew, args))[0];
   }
 
   async #transfer(
@@ -340,22 +371,22 @@ export class PostgresLeaseProvider {
     fromOwner: string,
     toOwner: string,
     ttlMs: number,
-  ): Promise<Tenure | undefined> {
+  ): Promise<Row | undefined> {
     const args = [
-      checkName('key', key),
+      checkKey(key),
       checkName('fromOwner', fromOwner),
       checkName('toOwner', toOwner),
       checkTtl('ttlMs', ttlMs),
     ];
     this.#open();
-    return tenure((await this.#run.run(operation, true, this.#sql.transfer, args))[0]);
+    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).transfer, args))[0];
   }
 
   /** The database server's clock (the clock that judges expiry). */
   async now(): Promise<Date> {
     this.#open();
-    const rows: Row[] = await this.#run.run('now', false, this.#sql.now, []);
-    return rows[0]?.[0] as Date;
+    const rows: Row[] = await this.#run.run('now', false, (this.#sql ?? (await this.#statements())).now, []);
+    return toDate(rows[0]?.[0], 'now');
   }
 
   /** End the pool if this provider created it; a caller's pool is left alone. Idempotent. */

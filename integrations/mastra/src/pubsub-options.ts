@@ -8,17 +8,23 @@ import type { Pool } from 'pg';
 
 import { catalogue } from './catalogue.js';
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
-import { createPool, DEFAULT_TIMEOUT_MS, describeWhere, poolWhere, type ConnectionOptions, type ProviderOptions } from './provider.js';
+import { createPool, describeWhere, poolWhere } from './pool.js';
+import { DEFAULT_TIMEOUT_MS, type ConnectionOptions, type ProviderOptions } from './provider.js';
 import { checkPooler, type Pooler } from './pooler.js';
 import { checkIdentifier, checkMs, checkTimeout } from './validate.js';
 
 export interface PubSubLogger {
   error(message: string, ...args: unknown[]): void;
+  /** Where it says an event was parked after its last delivery attempt (default: `error`). */
+  warn?(message: string, ...args: unknown[]): void;
   /** Where it says how it learns of new events (default `console.info`). */
   info?(message: string, ...args: unknown[]): void;
 }
 
-export interface PubSubOptions extends ProviderOptions {
+/** A logger as given: `error` may be left out when `warn` is there (Mastra's `{ debug, warn }`). */
+export type PubSubLoggerOption = Partial<PubSubLogger> & ({ error: PubSubLogger['error'] } | { warn: NonNullable<PubSubLogger['warn']> });
+
+export interface PubSubOptions extends Omit<ProviderOptions, 'logger'> {
   /** How long events are kept, in ms (default one day). */
   retentionMs?: number | undefined;
   /** How often this instance runs `cleanup()`, in ms (default 5 minutes; 0: never). */
@@ -32,7 +38,15 @@ export interface PubSubOptions extends ProviderOptions {
   /** Events read per statement (default 100). */
   batchSize?: number | undefined;
   /** Where delivery failures are reported (default `console`). */
-  logger?: PubSubLogger | undefined;
+  logger?: PubSubLoggerOption | undefined;
+  /**
+   * How many times a consumer group delivers an event (the first delivery included) before it
+   * parks it (default 5, as Mastra's `RedisStreamsPubSub`; `Infinity`: never; 0 is read as
+   * `Infinity`, with a warning, as there). A parked event is kept, not deleted: its claim row
+   * in `<table>_event_claims` gets `visible_at = 'infinity'` and keeps its `attempts`, until
+   * the event is acked late, cleaned up with the retention or its topic cleared (see README).
+   */
+  maxDeliveryAttempts?: number | undefined;
   /**
    * A connection string straight to the server for the LISTEN connection, when the main one
    * goes through a transaction pooler (which cannot carry LISTEN). Without it, behind
@@ -49,6 +63,7 @@ const DEFAULTS = {
   pollIntervalMs: 2_000,
   batchSize: 100,
   maxConnections: 10,
+  maxDeliveryAttempts: 5,
 };
 
 /** Every option, checked and defaulted. */
@@ -63,6 +78,8 @@ export interface Settings {
   pollIntervalMs: number;
   batch: number;
   logger: PubSubLogger;
+  /** Deliveries per group event before it is parked; `MAX_ATTEMPTS_OFF` for none. */
+  maxDeliveryAttempts: number;
   maxConnections: number;
   pooler: Pooler | undefined;
   listenConnectionString: string | undefined;
@@ -75,8 +92,8 @@ export function settings(options: PubSubOptions): Settings {
   if (!Number.isInteger(batch) || batch < 1 || batch > 10_000) {
     throw new LeaseRangeError(`batchSize must be an integer from 1 to 10000, not ${String(batch)}`);
   }
-  const logger = options.logger ?? console;
-  if (typeof logger.error !== 'function') throw new LeaseTypeError('logger must have an error() method');
+  const logger = checkLogger(options.logger ?? console);
+  const maxDeliveryAttempts = checkAttempts(options.maxDeliveryAttempts, logger);
   const max = options.maxConnections ?? DEFAULTS.maxConnections;
   if (!Number.isInteger(max) || max < 1) throw new LeaseTypeError('maxConnections must be a positive integer');
   const listen: unknown = options.listenConnectionString;
@@ -94,10 +111,42 @@ export function settings(options: PubSubOptions): Settings {
     pollIntervalMs: checkMs('pollIntervalMs', options.pollIntervalMs ?? DEFAULTS.pollIntervalMs, 10),
     batch,
     logger,
+    maxDeliveryAttempts,
     maxConnections: max,
     pooler: checkPooler(options.pooler),
     listenConnectionString: listen,
   };
+}
+
+/** The `attempts` a claim can never reach (integer column): the cap when there is none. */
+export const MAX_ATTEMPTS_OFF = 2_147_483_647;
+
+function checkLogger(given: unknown): PubSubLogger {
+  const logger = given as Partial<PubSubLogger> | null;
+  if (typeof logger !== 'object' || logger === null) throw new LeaseTypeError('logger must be an object');
+  const error = typeof logger.error === 'function' ? logger.error : logger.warn;
+  if (typeof error !== 'function') throw new LeaseTypeError('logger must have an error() or a warn() method');
+  const out: PubSubLogger = { error: error.bind(logger) };
+  const warn = typeof logger.warn === 'function' ? logger.warn : undefined;
+  out.warn = (warn ?? error).bind(logger);
+  if (typeof logger.info === 'function') out.info = logger.info.bind(logger);
+  return out;
+}
+
+function checkAttempts(value: unknown, logger: PubSubLogger): number {
+  if (value === undefined) return DEFAULTS.maxDeliveryAttempts;
+  if (value === Infinity) return MAX_ATTEMPTS_OFF;
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new LeaseTypeError(`maxDeliveryAttempts must be a positive integer or Infinity, not ${String(value)}`);
+  }
+  if (value === 0) {
+    logger.warn?.('[PostgresPubSub] maxDeliveryAttempts=0 is read as Infinity (no cap); pass Infinity instead');
+    return MAX_ATTEMPTS_OFF;
+  }
+  if (value < 0 || value >= MAX_ATTEMPTS_OFF) {
+    throw new LeaseRangeError(`maxDeliveryAttempts must be a positive integer or Infinity, not ${value}`);
+  }
+  return value;
 }
 
 /** The PubSub's pool: its own for a connection string (it ends it), or the caller's (never ended). */

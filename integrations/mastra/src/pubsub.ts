@@ -36,14 +36,15 @@ import { Delivery } from './delivery.js';
 import { LeaseError, LeaseRangeError, LeaseTypeError } from './errors.js';
 import { buildEventStatements, type EventStatements } from './events-sql.js';
 import { Executor } from './execute.js';
+import { storedTopic } from './keys.js';
 import { Listener } from './listener.js';
-import { PostgresLeaseProvider, type AcquireResult, type ConnectionOptions } from './provider.js';
+import { PostgresLeaseProvider, type AcquireResult, type ConnectionOptions, type FencedAcquireResult } from './provider.js';
 import { connect, listenConnection, settings, type Connection, type PubSubLogger, type PubSubOptions, type Settings } from './pubsub-options.js';
 import { checkEventSchema } from './schema-check.js';
 import { handoverStatements, ThreadLeases } from './thread-leases.js';
 import { checkTopic } from './validate.js';
 
-export { DEFAULT_RETENTION_MS, type PubSubLogger, type PubSubOptions } from './pubsub-options.js';
+export { DEFAULT_RETENTION_MS, type PubSubLogger, type PubSubLoggerOption, type PubSubOptions } from './pubsub-options.js';
 
 /** A Mastra PubSub on PostgreSQL tables, woken by LISTEN/NOTIFY, that also leases. */
 export class PostgresPubSub extends PubSub implements LeaseProvider {
@@ -53,7 +54,10 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
   readonly threadLeases: ThreadLeases;
   readonly #connection: Connection;
   readonly #settings: Settings;
+  /** Rebuilt in place once the schema is resolved (`#qualify`); Delivery reads the same object. */
   readonly #sql: EventStatements;
+  readonly #handover: ReturnType<typeof handoverStatements>;
+  #qualified: Promise<void> | undefined;
   readonly #run: Executor;
   readonly #consumer = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   readonly #logger: PubSubLogger;
@@ -79,8 +83,9 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     this.#logger = s.logger;
     this.#connection = connect(connection, s);
     const pool: Pool = this.#connection.pool;
-    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler });
+    this.leases = new PostgresLeaseProvider({ pool }, { table: s.table, schema: s.schema, timeoutMs: s.timeoutMs, pooler: s.pooler, logger: s.logger });
     this.#sql = buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`);
+    this.#handover = handoverStatements(s.table, s.schema, this.#sql);
     const where = this.#connection.where;
     this.#run = new Executor({ pool, timeoutMs: s.timeoutMs, where, table: this.#sql.qualified.events, pooler: s.pooler });
     this.#delivery = new Delivery({
@@ -89,13 +94,15 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
       consumer: this.#consumer,
       batch: s.batch,
       ackTimeoutMs: s.ackTimeoutMs,
+      maxDeliveryAttempts: s.maxDeliveryAttempts,
       nackDelayMs: s.nackDelayMs,
       logger: s.logger,
     });
     this.threadLeases = new ThreadLeases({
       leases: this.leases,
       run: this.#run,
-      statements: handoverStatements(s.table, s.schema, this.#sql),
+      statements: this.#handover,
+      prepare: () => this.#qualify(),
       published: (topic) => this.#published(topic),
       logger: s.logger,
     });
@@ -137,8 +144,26 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     return this.#starting;
   }
 
+  /** Qualify every statement with the schema (resolved once when not configured). */
+  #qualify(): Promise<void> {
+    const s = this.#settings;
+    if (s.schema !== undefined) return Promise.resolve();
+    this.#qualified ??= this.leases.resolvedSchema().then(
+      (resolved) => {
+        Object.assign(this.#sql, buildEventStatements(s.table, s.schema, `${s.table}_alembic_version`, resolved));
+        Object.assign(this.#handover, handoverStatements(s.table, resolved, this.#sql));
+      },
+      (error: unknown) => {
+        this.#qualified = undefined;
+        throw error;
+      },
+    );
+    return this.#qualified;
+  }
+
   async #start(): Promise<void> {
     const s = this.#settings;
+    await this.#qualify();
     await checkEventSchema({ run: this.#run, sql: this.#sql, table: s.table, schema: s.schema, where: this.#connection.where });
     if (s.pooler === 'transaction' && s.listenConnectionString === undefined) {
       // LISTEN needs a session of its own, which a transaction pooler never keeps.
@@ -189,7 +214,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
   }
 
   async #publish(topic: string, event: PublishedEvent, options?: { localOnly?: boolean }): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     const payload = encode(event);
     if (this.#closed) throw new LeaseError('the PostgresPubSub is closed');
     if (options?.localOnly === true) {
@@ -210,10 +235,9 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Deliver `topic`'s events to `cb`: see the module comment for groups and `startFrom`. */
   async subscribe(topic: string, cb: EventCallback, options?: SubscribeOptions): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkCallback(cb);
-    const group = options?.group;
-    if (group !== undefined) checkTopic('group', group);
+    const group = options?.group === undefined ? undefined : checkTopic('group', options.group);
     const startFrom = options?.startFrom;
     if (startFrom !== undefined && startFrom !== 'earliest' && startFrom !== 'latest') {
       throw new LeaseRangeError(`startFrom must be 'earliest' or 'latest', not ${JSON.stringify(startFrom)}`);
@@ -236,7 +260,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Replay the retained events of `topic` from index `offset` (0-based), then the live ones. */
   override async subscribeFromOffset(topic: string, offset: number, cb: EventCallback): Promise<void> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkCallback(cb);
     checkOffset(offset);
     await this.ready();
@@ -250,7 +274,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** The retained events of `topic` from index `offset` (0-based), oldest first. */
   override async getHistory(topic: string, offset = 0): Promise<Event[]> {
-    checkTopic('topic', topic);
+    topic = checkTopic('topic', topic); // its stored form (keys.ts)
     checkOffset(offset);
     await this.ready();
     const rows = await this.#run.run('getHistory', false, this.#sql.history, [topic, String(offset)]);
@@ -259,7 +283,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
 
   /** Stop delivering `topic` to `cb` (in every group it joined on this topic too). */
   async unsubscribe(topic: string, cb: EventCallback): Promise<void> {
-    this.#delivery.remove(topic, cb);
+    this.#delivery.remove(typeof topic === 'string' && topic !== '' ? storedTopic(topic) : topic, cb);
   }
 
   /**
@@ -268,7 +292,7 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
    */
   override async clearTopic(topic: string): Promise<void> {
     try {
-      checkTopic('topic', topic);
+      topic = checkTopic('topic', topic); // its stored form (keys.ts)
       await this.ready();
       await this.#run.run('clearTopic', true, this.#sql.clearTopic, [topic]);
     } catch (error) {
@@ -314,8 +338,14 @@ export class PostgresPubSub extends PubSub implements LeaseProvider {
     return this.threadLeases;
   }
 
+  /** Exactly Mastra's `{ acquired, owner }` (a failure is logged with the key, then thrown). */
   acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
     return this.threadLeases.acquireLease(key, owner, ttlMs);
+  }
+
+  /** `acquireLease` with the tenure's fence and expiry. */
+  acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    return this.threadLeases.acquireFencedLease(key, owner, ttlMs);
   }
 
   getLeaseOwner(key: string): Promise<string | undefined> {

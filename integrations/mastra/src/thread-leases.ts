@@ -28,11 +28,12 @@ import type { LeaseProvider } from '@mastra/core/events';
 
 import { quoteIdent } from './catalogue.js';
 import { describe } from './codec.js';
-import type { EventStatements } from './events-sql.js';
-import type { Executor } from './execute.js';
-import type { AcquireResult, PostgresLeaseProvider } from './provider.js';
+import { OP, type EventStatements } from './events-sql.js';
+import type { Executor, Row } from './execute.js';
+import { fromWtf8, storedTopic } from './keys.js';
+import { showKey, type AcquireResult, type FencedAcquireResult, type PostgresLeaseProvider } from './provider.js';
 import type { PubSubLogger } from './pubsub-options.js';
-import { checkName, checkTtl } from './validate.js';
+import { checkKey, checkName, checkTtl } from './validate.js';
 
 /** Mastra's thread topics (`AGENT_THREAD_STREAM_TOPIC_PREFIX`, not exported by @mastra/core). */
 export const THREAD_TOPIC_PREFIX = 'agent.thread-stream';
@@ -53,30 +54,42 @@ export function handoverStatements(leasesTable: string, schema: string | undefin
 } {
   const leases = (schema === undefined ? '' : `${quoteIdent(schema)}.`) + quoteIdent(leasesTable);
   const ev = events.qualified.events;
-  const terminal = TERMINAL_TYPES.map((t) => `'${t}'`).join(', ');
-  const signalId = "coalesce(e.payload->'data'->'signal'->>'id', e.id::text)";
+  const { eq } = OP;
+  const [get, getText, cat] = ['OPERATOR(pg_catalog.->)', 'OPERATOR(pg_catalog.->>)', 'OPERATOR(pg_catalog.||)'];
+  const text = '::pg_catalog.text';
+  const terminal = `ANY (ARRAY[${TERMINAL_TYPES.map((t) => `'${t}'`).join(', ')}]::pg_catalog.text[])`;
+  const signalId = `COALESCE(((e.payload ${get} 'data') ${get} 'signal') ${getText} 'id', e.id${text})`;
+  // PostgreSQL cannot take a JSON string holding a lone surrogate (\\ud800, as JSON.stringify
+  // writes it) apart: such events are passed over, each tested before it is looked into.
+  const plain = (alias: string): string =>
+    `NOT (${alias}.payload${text} OPERATOR(pg_catalog.~) E'\\\\\\\\u[dD][89abAB]')`;
+  const endOf = (alias: string): string =>
+    `CASE WHEN ${plain(alias)} THEN (${alias}.payload ${getText} 'runId') ${eq} $2${text} AND ` +
+    `(${alias}.payload ${getText} 'type') ${eq} ${terminal} ELSE false END`;
   return {
     // $1 key → the row's owner, live or not (the tenure an acquire is about to replace).
-    previousOwner: `SELECT owner FROM ${leases} WHERE key = $1`,
+    previousOwner: `SELECT owner FROM ${leases} WHERE key ${eq} $1::pg_catalog.bytea`,
     // $1 topic, $2 the previous owner, $3 the new owner → the re-addressed events' ids. Does
     // nothing (the scan is skipped) when $2's run published a terminal event on the topic.
     // A run's end is among the newest events of its topic (it is published right before the
     // release): those are looked at first, newest first, and the rest only if it is not there.
+    // Every object is named in full (see events-sql.ts).
     redeliver: `WITH ended AS (
-  (SELECT 1 FROM (SELECT e.payload FROM ${ev} AS e WHERE e.topic = $1 ORDER BY e.id DESC LIMIT 256) AS recent
-   WHERE recent.payload->>'runId' = $2::text AND recent.payload->>'type' IN (${terminal}))
+  (SELECT 1 FROM (SELECT e.payload FROM ${ev} AS e WHERE e.topic ${eq} $1${text} ORDER BY e.id DESC LIMIT 256) AS recent
+   WHERE ${endOf('recent')})
   UNION ALL
-  (SELECT 1 FROM ${ev} AS e WHERE e.topic = $1 AND e.payload->>'runId' = $2::text AND e.payload->>'type' IN (${terminal}))
+  (SELECT 1 FROM ${ev} AS e WHERE e.topic ${eq} $1${text} AND ${endOf('e')})
   LIMIT 1
 ), latest AS (
-  SELECT DISTINCT ON (${signalId}) e.id, e.payload::jsonb AS p FROM ${ev} AS e
-  WHERE e.topic = $1 AND e.payload->>'type' = 'signal-enqueued' AND NOT EXISTS (SELECT FROM ended)
+  SELECT DISTINCT ON (${signalId}) e.id, e.payload::pg_catalog.jsonb AS p FROM ${ev} AS e
+  WHERE e.topic ${eq} $1${text} AND NOT EXISTS (SELECT FROM ended)
+    AND CASE WHEN ${plain('e')} THEN (e.payload ${getText} 'type') ${eq} 'signal-enqueued' ELSE false END
   ORDER BY ${signalId}, e.id DESC
 )
 INSERT INTO ${ev} (topic, payload)
-SELECT $1, (jsonb_set(p, '{runId}', to_jsonb($3::text)) || jsonb_build_object('data', (p->'data') ||
-  jsonb_build_object('runId', $3::text, 'sourceId', '${REDELIVERY_SOURCE}', 'preRun', false)))::json
-FROM latest WHERE p->'data'->>'runId' = $2::text ORDER BY id
+SELECT $1${text}, (pg_catalog.jsonb_set(p, '{runId}', pg_catalog.to_jsonb($3${text})) ${cat} pg_catalog.jsonb_build_object('data', (p ${get} 'data') ${cat}
+  pg_catalog.jsonb_build_object('runId', $3${text}, 'sourceId', '${REDELIVERY_SOURCE}'${text}, 'preRun', false)))::pg_catalog.json
+FROM latest WHERE ((p ${get} 'data') ${getText} 'runId') ${eq} $2${text} ORDER BY id
 RETURNING id`,
   };
 }
@@ -85,6 +98,8 @@ export interface ThreadLeasesOptions {
   leases: PostgresLeaseProvider;
   run: Executor;
   statements: ReturnType<typeof handoverStatements>;
+  /** Resolves when `statements` name their relations in full (the schema resolved). */
+  prepare: () => Promise<void>;
   /** Resolves when this instance's publishes to `topic` that started before the call settled. */
   published: (topic: string) => Promise<void>;
   logger: PubSubLogger;
@@ -100,21 +115,45 @@ export class ThreadLeases implements LeaseProvider {
     this.#o = options;
   }
 
-  async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+  /** Mastra's `{ acquired, owner }`; a failure is logged with the key (the provider's logger). */
+  acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
+    return this.#acquire(key, owner, ttlMs, (...args) => this.#o.leases.acquireLease(...args));
+  }
+
+  /** `acquireLease` with the tenure's fence and expiry (see `PostgresLeaseProvider`). */
+  acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
+    return this.#acquire(key, owner, ttlMs, (...args) => this.#o.leases.acquireFencedLease(...args));
+  }
+
+  /** The acquire (`acquire`: the provider's, plain or fenced), with the handover of a thread key. */
+  async #acquire<R extends AcquireResult>(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    acquire: (key: string, owner: string, ttlMs: number) => Promise<R>,
+  ): Promise<R> {
     const { leases, run, statements } = this.#o;
-    const k = checkName('key', key);
-    checkName('owner', owner);
-    checkTtl('ttlMs', ttlMs);
-    if (!key.includes('\0') || leases.closed) return leases.acquireLease(key, owner, ttlMs); // not a thread key
-    const row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
-    const result = await leases.acquireLease(key, owner, ttlMs);
-    const previous = row === undefined ? undefined : (row[0] as Buffer).toString('utf8');
+    if (typeof key !== 'string' || !key.includes('\0') || leases.closed) return acquire(key, owner, ttlMs); // not a thread key
+    let row: Row | undefined;
+    try {
+      const k = checkKey(key);
+      checkName('owner', owner);
+      checkTtl('ttlMs', ttlMs);
+      await this.#o.prepare();
+      row = (await run.run('acquireLease', false, statements.previousOwner, [k]))[0];
+    } catch (error) {
+      this.#o.logger.error(`[PostgresPubSub] acquireLease failed for key ${showKey(key)}: ${String(error)}`);
+      throw error;
+    }
+    const result = await acquire(key, owner, ttlMs);
+    // The previous owner as text; one another tool wrote as non-text bytes has no messages here.
+    const previous = row === undefined ? undefined : fromWtf8(row[0] as Buffer);
     if (result.acquired && previous !== undefined && previous !== owner) await this.#redeliver(key, previous, owner);
     return result;
   }
 
   async #redeliver(key: string, previous: string, owner: string): Promise<void> {
-    const topic = threadTopic(key);
+    const topic = storedTopic(threadTopic(key));
     try {
       const rows = await this.#o.run.run('acquireLease', true, this.#o.statements.redeliver, [topic, previous, owner]);
       this.redelivered += rows.length;
@@ -129,7 +168,7 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   async releaseLease(key: string, owner: string): Promise<void> {
-    checkName('key', key);
+    checkKey(key);
     checkName('owner', owner);
     await this.#o.published(threadTopic(key));
     await this.#o.leases.releaseLease(key, owner);
@@ -140,7 +179,7 @@ export class ThreadLeases implements LeaseProvider {
   }
 
   async transferLease(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<boolean> {
-    checkName('key', key);
+    checkKey(key);
     checkName('fromOwner', fromOwner);
     checkName('toOwner', toOwner);
     checkTtl('ttlMs', ttlMs);

@@ -1,12 +1,14 @@
 /**
  * Argument checks, all run before any I/O. They mirror the Python library's `_validate`: a key
- * or owner is a non-empty string of at most 1024 UTF-8 bytes with no lone surrogate (it is
- * stored as its UTF-8 bytes, so NUL is fine); a TTL is an integer number of milliseconds from
+ * or owner is a non-empty string, stored as its WTF-8 bytes (keys.ts: so NUL and lone
+ * surrogates are fine); an owner has at most 1024 such bytes, a longer key is stored under
+ * its mapped form (keys.ts); a TTL is an integer number of milliseconds from
  * 1 ms to 365 days. The limits come from the exported statement catalogue.
  */
 
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
 import { catalogue } from './catalogue.js';
+import { mappedBytes, storedTopic, wtf8 } from './keys.js';
 
 export const MAX_NAME_BYTES: number = catalogue.limits.max_name_bytes;
 export const MAX_TTL_MS: number = catalogue.limits.max_ttl_ms;
@@ -22,20 +24,33 @@ function typeName(value: unknown): string {
   return typeof value === 'object' ? `a ${value.constructor?.name ?? 'object'}` : `a ${typeof value}`;
 }
 
-/** Validate a key or owner; returns its UTF-8 bytes (the stored form). */
+/**
+ * Validate an owner; returns its stored form, the WTF-8 bytes (UTF-8 for valid text, a lone
+ * surrogate as its 3-byte form: see keys.ts). An owner is returned to callers as it is, so it
+ * is never mapped: over 1024 bytes it is refused.
+ */
 export function checkName(what: string, value: unknown): Buffer {
   if (typeof value !== 'string') {
     throw new LeaseTypeError(`${what} must be a string, not ${typeName(value)}`);
   }
-  if (!value.isWellFormed()) {
-    throw new LeaseRangeError(`${what} is not encodable as UTF-8: it contains a lone surrogate`);
-  }
   if (value.length === 0) throw new LeaseRangeError(`${what} must not be empty`);
-  const bytes = Buffer.from(value, 'utf8');
+  const bytes = wtf8(value);
   if (bytes.length > MAX_NAME_BYTES) {
     throw new LeaseRangeError(`${what} is ${bytes.length} bytes in UTF-8; the limit is ${MAX_NAME_BYTES}`);
   }
   return bytes;
+}
+
+/**
+ * Validate a key; returns its stored form: its WTF-8 bytes, or for a key over 1024 bytes
+ * those of `mapLongKey(key)` (so no key but the empty one is refused; see keys.ts).
+ */
+export function checkKey(value: unknown): Buffer {
+  if (typeof value !== 'string') {
+    throw new LeaseTypeError(`key must be a string, not ${typeName(value)}`);
+  }
+  if (value.length === 0) throw new LeaseRangeError('key must not be empty');
+  return mappedBytes(wtf8(value));
 }
 
 /** Validate a TTL in milliseconds: an integer number from 1 to 365 days. */
@@ -75,13 +90,17 @@ export function checkTimeout(what: string, value: unknown): number {
   return value;
 }
 
-/** Validate a topic or group name: a non-empty string of at most 1024 UTF-8 bytes, no NUL. */
+/**
+ * Validate a topic or group name (a non-empty string); returns its stored form: itself, or
+ * when PostgreSQL text cannot hold it within 1024 bytes (NUL, a lone surrogate, longer) the
+ * mapped form of `storedTopic` (keys.ts), so no topic Mastra makes is refused.
+ */
 export function checkTopic(what: string, value: unknown): string {
-  checkName(what, value);
-  if ((value as string).includes('\0')) {
-    throw new LeaseRangeError(`${what} must not contain NUL (PostgreSQL text cannot store it)`);
+  if (typeof value !== 'string') {
+    throw new LeaseTypeError(`${what} must be a string, not ${typeName(value)}`);
   }
-  return value as string;
+  if (value.length === 0) throw new LeaseRangeError(`${what} must not be empty`);
+  return storedTopic(value);
 }
 
 /** Validate a duration option in milliseconds: an integer from `min` to 365 days. */

@@ -2,7 +2,8 @@
  * Python (sql_lease.SqlLeaseProvider) and Node (PostgresLeaseProvider) processes on one leases
  * table: racing on hot keys with short TTLs, every grant recorded in database time, zero
  * overlaps and fences strictly increasing (once with the Node processes behind a real PgBouncer in
- * transaction pooling); and transfers from one language renewed by the other.
+ * transaction pooling); transfers from one language renewed by the other; and long keys and lone
+ * surrogates in keys and owners addressing the same leases from both.
  */
 
 import assert from 'node:assert/strict';
@@ -14,7 +15,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { PostgresLeaseProvider } from '../src/index.js';
+import { mapLongKey, PostgresLeaseProvider } from '../src/index.js';
 import { checkHistory, type HistoryEvent } from './history.js';
 import { createDatabase, PACKAGE_DIR, PYTHON, python, REPO_DIR, type TestDatabase } from './helpers.js';
 import { startPgBouncer } from './pgbouncer.js';
@@ -172,7 +173,7 @@ test('a Python transfer to an owner that Node then renews, and the reverse', asy
   const provider = new PostgresLeaseProvider({ connectionString: db.url });
   try {
     const key = 'thread\0from-node';
-    const first = await provider.acquireLease(key, 'node-a', LONG);
+    const first = await provider.acquireFencedLease(key, 'node-a', LONG);
     assert.ok(first.acquired);
     const [moved, lease] = (await pythonOps([
       ['transfer_lease', key, 'node-a', 'py-b', LONG],
@@ -198,6 +199,41 @@ test('a Python transfer to an owner that Node then renews, and the reverse', asy
     assert.deepEqual([renewed, renewedByOld, owner], [true, false, 'node-d']);
     assert.deepEqual([taken.acquired, taken.owner], [false, 'node-d']);
     assert.ok(BigInt(taken.fence) > BigInt(won.fence));
+  } finally {
+    await provider.close();
+  }
+});
+
+test('long keys and lone surrogates in keys and owners address the same leases from Node and Python', async () => {
+  const provider = new PostgresLeaseProvider({ connectionString: db.url });
+  try {
+    const long = 'resource\0' + '\u4e2d'.repeat(1300) + '\ud800'; // 3,913 bytes: mapped
+    const loneOwner = 'run-\udfff';
+    assert.ok((await provider.acquireLease(long, loneOwner, LONG)).acquired);
+    const [mapped] = (await pythonOps([['map_long_key', long]])) as [string];
+    assert.equal(mapped, mapLongKey(long));
+    assert.ok(Buffer.byteLength(mapped) <= 1024);
+    const [renewed, renewedByOther, moved, owner] = (await pythonOps([
+      ['renew_lease', mapped, loneOwner, LONG],
+      ['renew_lease', mapped, 'run-\ufffd', LONG],
+      ['transfer_lease', mapped, loneOwner, 'py-x', LONG],
+      ['get_lease_owner', mapped],
+    ])) as [boolean, boolean, boolean, string];
+    assert.deepEqual([renewed, renewedByOther, moved, owner], [true, false, true, 'py-x']);
+    assert.equal(await provider.getLeaseOwner(long), 'py-x');
+
+    const lone = 'thread\0\udc00';
+    const [won] = (await pythonOps([['acquire_lease', lone, 'py-y', LONG]])) as [{ acquired: boolean }];
+    assert.equal(won.acquired, true);
+    assert.deepEqual(await provider.acquireLease(lone, 'node', LONG), { acquired: false, owner: 'py-y' });
+    assert.equal(await provider.getLeaseOwner('thread\0\ufffd'), undefined);
+    await pythonOps([['release_lease', lone, 'py-y']]);
+    assert.ok((await provider.acquireLease(lone, 'node-\ud800', LONG)).acquired);
+    const [again, byOther] = (await pythonOps([
+      ['renew_lease', lone, 'node-\ud800', LONG],
+      ['renew_lease', lone, 'node-\udc00', LONG],
+    ])) as [boolean, boolean];
+    assert.deepEqual([again, byOther], [true, false]);
   } finally {
     await provider.close();
   }

@@ -49,6 +49,20 @@ async function addressedTo(key: string, runId: string): Promise<Event[]> {
   return history.filter((e) => e.type === 'signal-enqueued' && (e.data as { runId?: string }).runId === runId);
 }
 
+test('events of a run id with a lone surrogate on the topic do not stop the handover of others', async () => {
+  const key = threadKey();
+  assert.equal((await forwarder.acquireLease(key, 'run-dead', SHORT)).acquired, true);
+  await forwarder.publish(threadTopic(key), { type: 'run-registered', runId: 'run-\ud800', data: { runId: 'run-\udc00' } });
+  await forward(key, 'run-\ud800', 'to the lone one');
+  await forward(key, 'run-dead', 'kept');
+  await sleep(SHORT * 2);
+  const before = forwarder.threadLeases.redelivered;
+  assert.equal((await forwarder.acquireLease(key, 'run-next', LONG)).acquired, true);
+  assert.equal(forwarder.threadLeases.redelivered - before, 1);
+  const handed = await addressedTo(key, 'run-next');
+  assert.deepEqual(handed.map((e) => (e.data as { signal: { contents: string } }).signal.contents), ['kept']);
+});
+
 test("a dead owner's forwarded messages go to the next owner, once each, re-addressed and admitted", async () => {
   const key = threadKey();
   const seen: Event[] = [];

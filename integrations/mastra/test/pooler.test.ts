@@ -77,7 +77,7 @@ test('values become literals that read back as themselves', () => {
 test('every operation works through transaction pooling, with keys of any bytes', async () => {
   const p = provider();
   const key = "k'\\\0é";
-  const won = await p.acquireLease(key, 'a', 30_000);
+  const won = await p.acquireFencedLease(key, 'a', 30_000);
   assert.equal(won.acquired, true);
   assert.equal((await p.acquireLease(key, 'b', 30_000)).owner, 'a');
   assert.equal(await p.getLeaseOwner(key), 'a');

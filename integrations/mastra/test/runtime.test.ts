@@ -178,3 +178,31 @@ test('a queued follow-up run takes the lease over by transfer, with no moment wh
   assert.equal(rows.at(-1)!.free, true, 'released at the end');
   assert.deepEqual(calls(b, 'the queued run'), []);
 });
+
+test('a 4,000-byte thread key: signals from both processes at once start exactly one run (the key is mapped, not refused)', async () => {
+  const [resourceId, threadId] = ['r'.repeat(2000), 't\u00e9'.repeat(700)];
+  const key = threadKey(resourceId, threadId);
+  assert.ok(Buffer.byteLength(key) > 4000);
+  const [fromA, fromB] = await Promise.all([a.send('long from A', resourceId, threadId), b.send('long from B', resourceId, threadId)]);
+  assert.deepEqual([fromA.action, fromB.action].sort(), ['deliver', 'wake'], JSON.stringify([fromA, fromB]));
+  assert.equal(fromA.runId, fromB.runId, 'the other signal joined the same run');
+  const [winner, loser] = fromA.action === 'wake' ? [a, b] : [b, a];
+  const runId = fromA.runId as string;
+  assert.equal(await owner(key), runId, 'the lease table names the run');
+  await finishAndWaitForRelease(key, winner, runId);
+  assert.ok(calls(winner, 'long from A').length > 0 && calls(winner, 'long from B').length > 0);
+  assert.deepEqual([...calls(loser, 'long from A'), ...calls(loser, 'long from B')], []);
+});
+
+test('a run whose id has a lone surrogate owns its thread: a signal from the other process is delivered to it', async () => {
+  const key = threadKey('res-lone', 'thread-lone');
+  const runId = 'run-\ud800-lone';
+  const started = await a.request({ op: 'stream', text: 'lone run', resourceId: 'res-lone', threadId: 'thread-lone', runId });
+  assert.equal(started.runId, runId, JSON.stringify(started));
+  await until('the lease to name the run', async () => (await owner(key)) === runId);
+  const fromB = await b.send('to the lone run', 'res-lone', 'thread-lone');
+  assert.deepEqual([fromB.action, fromB.runId], ['deliver', runId], JSON.stringify(fromB));
+  await finishAndWaitForRelease(key, a, runId);
+  assert.ok(calls(a, 'to the lone run').length > 0, 'the owner run took the signal in');
+  assert.deepEqual(calls(b, 'to the lone run'), []);
+});

@@ -1,7 +1,8 @@
 """The Python side of the cross-language tests, run with the repository's interpreter.
 
 ``peer.py ops URL`` reads a JSON list of ``[method, *args]`` on stdin, runs them in order on a
-`sql_lease.SqlLeaseProvider` (the public contract methods) and prints one JSON result each.
+`sql_lease.SqlLeaseProvider` (the public contract methods, and ``map_long_key``) and prints one
+JSON result each.
 
 ``peer.py hammer URL WORKER SECONDS SEED KEYS_JSON`` prints ``ready``, waits for a line on stdin,
 then runs random acquire/renew/transfer/release on the hot keys with short TTLs for SECONDS and
@@ -19,7 +20,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sql_lease import SqlLeaseProvider
+from sql_lease import SqlLeaseProvider, map_long_key
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -39,6 +40,9 @@ async def ops(url: str) -> None:
     async with SqlLeaseProvider.from_url(url, timeout=10) as provider:
         out = []
         for method, *args in calls:
+            if method == "map_long_key":
+                out.append(map_long_key(*args))
+                continue
             result = await getattr(provider, method)(*args)
             if result is not None and not isinstance(result, bool | str):
                 result = {

@@ -51,7 +51,7 @@ while (performance.now() < deadline) {
   const roll = random();
   if (mine === undefined || roll < 0.1) {
     const owner = mine?.[0] ?? newOwner();
-    const res = await provider.acquireLease(key, owner, ttl);
+    const res = await provider.acquireFencedLease(key, owner, ttl);
     if (res.acquired) {
       const expires = res.expiresAt.getTime();
       record({ op: 'acquire', key, owner, ok: true, fence: String(res.fence), t: expires - ttl, expires });

@@ -8,6 +8,8 @@
  * - `{"op":"send","id":…,"text":…,"resourceId":…,"threadId":…}`: `agent.sendMessage(...)`;
  *   answers `{"id":…,"action":…,"runId":…}` once the runtime decided. `"op":"queue"` does the
  *   same with `agent.queueMessage(...)` (a follow-up run after the active one).
+ * - `{"op":"stream","id":…,"text":…,"resourceId":…,"threadId":…,"runId":…}`: `agent.stream(...)`
+ *   with that run id on that thread; answers `{"id":…,"runId":…}` once the run is registered.
  * - `{"op":"finish"}`: lets every model call waiting in this process finish its stream.
  * - `{"op":"owner","key":…}`: answers `{"owner":…}` from the lease table.
  *
@@ -76,7 +78,16 @@ const helper = mastra.getAgent('helper');
 
 const lines = createInterface({ input: process.stdin });
 lines.on('line', (line) => {
-  const command = JSON.parse(line) as { op: string; id?: number; text?: string; resourceId?: string; threadId?: string; key?: string; open?: boolean };
+  const command = JSON.parse(line) as {
+    op: string;
+    id?: number;
+    text?: string;
+    resourceId?: string;
+    threadId?: string;
+    runId?: string;
+    key?: string;
+    open?: boolean;
+  };
   if (command.op === 'finish') {
     open = command.open === true;
     const waiting = gates;
@@ -85,6 +96,19 @@ lines.on('line', (line) => {
     say({ id: command.id, done: true });
   } else if (command.op === 'owner') {
     pubsub.getLeaseOwner(command.key!).then((owner) => say({ id: command.id, owner: owner ?? null }));
+  } else if (command.op === 'stream') {
+    // A run started directly with a run id of the test's choosing (registered on its thread).
+    const runId = command.runId!;
+    helper.stream(command.text!, { runId, memory: { thread: command.threadId!, resource: command.resourceId! } }).then(
+      (output) => {
+        say({ id: command.id, runId: output.runId });
+        output.text.then(
+          (text) => say({ event: 'finished', process: name, runId, text }),
+          (error: unknown) => say({ event: 'failed', process: name, runId, error: String(error) }),
+        );
+      },
+      (error: unknown) => say({ id: command.id, error: String(error) }),
+    );
   } else if (command.op === 'send' || command.op === 'queue') {
     const target = {
       resourceId: command.resourceId!,
