@@ -37,7 +37,7 @@ class Deadlines:
     `CancelledError` whether the watchdog caused it. No object is made per call.
     """
 
-    __slots__ = ("_calls", "_expired", "_loop", "_watchdog")
+    __slots__ = ("_calls", "_expired", "_loop", "_watchdog", "loops")
 
     def __init__(self) -> None:
         #: task -> (deadline on `monotonic`, the task's cancellation count at the start)
@@ -45,6 +45,9 @@ class Deadlines:
         self._expired: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: How many event loops calls have come from, one after the other (a provider reused
+        #: from a second ``asyncio.run``): connections of an earlier loop are unusable.
+        self.loops = 0
 
     def start(self, timeout: float) -> asyncio.Task[Any]:
         """Register the current task's call, which must end within ``timeout`` seconds."""
@@ -55,6 +58,8 @@ class Deadlines:
         watchdog = self._watchdog
         if watchdog is None or watchdog.done() or self._loop is not loop:
             # None, cancelled before it ran, or left behind on another (finished) event loop.
+            if self._loop is not loop:
+                self.loops += 1
             self._loop = loop
             self._watchdog = loop.create_task(self._watch(), name="sql_lease deadlines")
         return task

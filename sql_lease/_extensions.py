@@ -21,7 +21,6 @@ from ._validate import (
     check_ttl,
 )
 from .capabilities import Holder, Released, Renewal
-from .errors import LeaseClosedError
 
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
 
@@ -69,7 +68,7 @@ class SqlExtensions(CoalescedCalls):
         ttl = check_ttl(ttl_ms)
         if not pairs:
             if self._closed:
-                raise LeaseClosedError("renew_leases")
+                raise self._closed_error("renew_leases")
             return []
         # Duplicates would match one row twice; send each pair once and fan the answer out.
         unique = list(dict.fromkeys(pairs))
@@ -157,7 +156,7 @@ class SqlExtensions(CoalescedCalls):
         when ``fence`` is not the live fence. See `sql_lease._guard`.
         """
         if self._closed:
-            raise LeaseClosedError("guard")
+            raise self._closed_error("guard")
         await guard(self._sql, self._backend, conn, key, fence)
 
     async def now(self) -> datetime:

@@ -91,6 +91,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._watch_forks()
         self._closing: asyncio.Task[None] | None = None
         self._deadlines = Deadlines()
         self._hints = ContentionHints()
@@ -234,6 +235,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         goes back to the pool, and the engine is disposed of if this provider created it
         (`from_url`); an engine the caller gave is left open.
         """
+        if self.forked:
+            return  # the connections are the parent's: nothing to release in this process
         if self._closing is None:
             self._closed = True
             self._closing = asyncio.get_running_loop().create_task(self._shut_down())
