@@ -238,6 +238,9 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         if self.forked:
             return  # the connections are the parent's: nothing to release in this process
         if self._closing is None:
+            loops = self._deadlines.count_loop()
+            if loops != self._loops_seen:  # the connections are an earlier loop's
+                self._new_loop(loops)
             self._closed = True
             self._closing = asyncio.get_running_loop().create_task(self._shut_down())
         # Shielded: a cancelled (or self-cancelling, from inside a hold) caller does not stop

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -47,3 +48,29 @@ def test_every_call_works_from_a_second_and_third_event_loop(
 
     asyncio.run(last())
     gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_holds_work_from_a_second_loop_and_aclose_from_a_third_sends_nothing_on_the_old_ones(
+    make_database: Callable[[], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    url = make_database()
+    migrate.upgrade(url)
+    provider = SqlLeaseProvider.from_url(url)
+
+    async def hold(key: str) -> None:
+        async with provider.hold(key, "o", 300) as lease:
+            await asyncio.sleep(0.5)  # past its TTL: renewed
+            assert not lease.lost
+        assert await provider.get_lease_owner(key) is None
+
+    async def close() -> None:
+        await provider.aclose()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(hold("a"))
+        asyncio.run(hold("b"))
+        asyncio.run(close())  # no call in this loop before it
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
