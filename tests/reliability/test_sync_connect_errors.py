@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 from sql_lease import LeaseConnectionError, migrate
 from sql_lease.sync import SqlLeaseProvider
@@ -110,3 +111,39 @@ def test_the_provider_recovers_once_the_database_exists() -> None:
         finally:
             provider.close()
             admin_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def test_a_failed_attempt_to_add_a_connection_waits_for_a_busy_one(
+    make_database: Callable[[], str],
+) -> None:
+    """With a connection open (busy), a second that the server refuses (the role's connection
+    limit) is no reason to fail: the call waits for the busy one, as before."""
+    url = make_database()
+    migrate.upgrade(url)
+    role = f"limited_{uuid.uuid4().hex[:8]}"
+    admin_sql(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+            conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        limited = make_url(url).set(username=role, drivername="postgresql")
+        with SqlLeaseProvider.from_url(limited, timeout=5, pool_size=2) as provider:
+            # Twice: the second time, the refused attempt of the first is on record.
+            for _ in range(2):
+                assert provider.acquire_lease("k", "a", 60_000).acquired  # a connection open
+                with psycopg.connect(url) as blocker:  # holds the row: the release waits
+                    blocker.execute("SELECT 1 FROM leases FOR UPDATE")
+                    busy = threading.Thread(target=provider.release_lease, args=("k", "a"))
+                    busy.start()
+                    time.sleep(0.5)  # the only connection is busy: a second one is refused
+                    commit = threading.Timer(1.0, blocker.commit)
+                    commit.start()
+                    started = time.monotonic()
+                    assert provider.get_lease_owner("k") is None  # after the busy one
+                    assert 0.3 < time.monotonic() - started < 4
+                    commit.join()
+                busy.join()
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+        admin_sql(f"DROP ROLE {role}")

@@ -4,14 +4,18 @@ psycopg_pool connects in the background and retries with a backoff: a caller wai
 connection saw only `PoolTimeout` at the end of its whole timeout, while the reason (a wrong
 password, a missing database, a refused port, an unknown host) went to the ``psycopg.pool``
 log, once per attempt. Here the pool's connection class (`reporting_class`) records each
-attempt in a `ConnectReport`; while the pool has no working connection, the executor waits in
-short slices and raises the recorded failure as soon as there is one. The pool's warning of
-each failed attempt of our pools is filtered out of its log: the error carries it.
+attempt in a `ConnectReport`, and how many of its connections are open; while the pool has
+none, the executor waits in short slices and raises the recorded failure as soon as there is
+one. With connections open (all busy), a failed attempt to add one (the server's connection
+limit, say) is no reason to give up: the caller waits for one to come back, as before. The
+pool's warning of each failed attempt of our pools is filtered out of its log: the error
+carries it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Final
 
 import psycopg
@@ -24,29 +28,42 @@ _FAILED_ATTEMPT: Final = "error connecting in %r: %s"  # psycopg_pool's message
 
 
 class ConnectReport:
-    """The last failed connection attempt of one pool, until an attempt succeeds."""
+    """The last failed connection attempt of one pool (until one succeeds), and how many of
+    its connections are open."""
 
-    __slots__ = ("connected", "failure")
+    __slots__ = ("_lock", "failure", "open")
 
     def __init__(self) -> None:
         self.failure: psycopg.OperationalError | None = None
-        self.connected = False
+        self.open = 0
+        self._lock = threading.Lock()
 
     @property
     def settled(self) -> bool:
-        """The pool has connected and no attempt has failed since: callers may wait long."""
-        return self.connected and self.failure is None
+        """Connections are open: a caller may wait its whole timeout for one."""
+        return self.open > 0
+
+    def opened(self) -> None:
+        with self._lock:
+            self.open += 1
+            self.failure = None
+
+    def closed(self) -> None:
+        with self._lock:
+            self.open -= 1
 
     def check(self) -> None:
-        """Raise the recorded failure (a new error, the recorded one its cause), if any."""
+        """With no connection open, raise the recorded failure (a new error, the recorded one
+        its cause), if any."""
         failure = self.failure
-        if failure is not None:
+        if failure is not None and self.open <= 0:
             reason = " ".join(str(failure).split())  # libpq's lines (one per host tried)
             raise psycopg.OperationalError(reason) from failure
 
 
 def reporting_class(base: type[Any], report: ConnectReport) -> type[Any]:
-    """A subclass of the connection class ``base`` whose ``connect`` tells ``report``."""
+    """A subclass of the connection class ``base`` whose ``connect`` and ``close`` tell
+    ``report``."""
 
     def connect(cls: type[Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -54,11 +71,18 @@ def reporting_class(base: type[Any], report: ConnectReport) -> type[Any]:
         except psycopg.OperationalError as exc:
             report.failure = exc
             raise
-        report.failure = None
-        report.connected = True
+        conn.reported_open = True
+        report.opened()
         return conn
 
-    reporting: type[Any] = type(base.__name__, (base,), {"connect": classmethod(connect)})
+    def close(self: Any) -> None:
+        if self.reported_open:
+            self.reported_open = False
+            report.closed()
+        super(reporting, self).close()
+
+    namespace = {"connect": classmethod(connect), "close": close, "reported_open": False}
+    reporting: type[Any] = type(base.__name__, (base,), namespace)
     return reporting
 
 
