@@ -23,7 +23,12 @@ URL = os.environ.get("SQL_LEASE_DATABASE_URL", "postgresql://postgres@127.0.0.1:
 def replica(name: str) -> tuple[BackgroundScheduler, SqlLeaseProvider]:
     leases = SqlLeaseProvider.from_url(URL)
 
-    @exclusive(leases, "example:every-2s", at_most_for=timedelta(minutes=1), at_least_for=1)
+    @exclusive(
+        leases,
+        "example:every-2s",
+        at_most_for=timedelta(minutes=1),
+        at_least_for=timedelta(seconds=1),
+    )
     def job() -> None:
         print(f"{time.strftime('%H:%M:%S')} tick run by {name}")
 

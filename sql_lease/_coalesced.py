@@ -19,7 +19,6 @@ from ._deadlines import server_millis
 from ._execute import Fetch, StatementRunner
 from .catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Row
 from .errors import (
-    LeaseClosedError,
     LeaseDatabaseError,
     LeaseError,
     LeaseTimeoutError,
@@ -152,7 +151,7 @@ class CoalescedCalls(StatementRunner):
         """The slow path of a call that `Lane.enter` did not admit: its share of the next
         batch (the contract methods inline the fast path, one frame less)."""
         if self._closed:
-            raise LeaseClosedError(operation)
+            raise self._closed_error(operation)
         return await lane.wait(
             args[0],  # type: ignore[arg-type]  # every coalesced statement starts with the key
             args,

@@ -164,6 +164,17 @@ class Connections:
         if self._shared and not self._busy and self._idle:
             await self.close()
 
+    def start_over(self, pool: Pool) -> None:
+        """For a new event loop, the old one finished: forget the held connections (of the old
+        loop, closed with it; nothing can be sent on them, not even a goodbye) and take them
+        from ``pool`` from now on."""
+        self._pool = pool
+        for fairy, _, _ in self._idle:
+            fairy.detach()  # no longer the pool's: collected without a `terminate`
+        self._idle = []
+        self._out = self._busy = 0
+        self._waiters.clear()
+
     async def shutdown(self, within: float) -> None:
         """For the provider's ``aclose``: keep nothing from now on, return the idle connections,
         and wait up to ``within`` seconds for calls in flight to give theirs back."""

@@ -37,7 +37,7 @@ class Deadlines:
     `CancelledError` whether the watchdog caused it. No object is made per call.
     """
 
-    __slots__ = ("_calls", "_expired", "_loop", "_watchdog")
+    __slots__ = ("_calls", "_counted", "_expired", "_loop", "_watchdog", "loops")
 
     def __init__(self) -> None:
         #: task -> (deadline on `monotonic`, the task's cancellation count at the start)
@@ -45,6 +45,10 @@ class Deadlines:
         self._expired: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: How many event loops calls have come from, one after the other (a provider reused
+        #: from a second ``asyncio.run``): connections of an earlier loop are unusable.
+        self.loops = 0
+        self._counted: asyncio.AbstractEventLoop | None = None
 
     def start(self, timeout: float) -> asyncio.Task[Any]:
         """Register the current task's call, which must end within ``timeout`` seconds."""
@@ -55,9 +59,19 @@ class Deadlines:
         watchdog = self._watchdog
         if watchdog is None or watchdog.done() or self._loop is not loop:
             # None, cancelled before it ran, or left behind on another (finished) event loop.
+            if loop is not self._counted:
+                self.count_loop()
             self._loop = loop
             self._watchdog = loop.create_task(self._watch(), name="sql_lease deadlines")
         return task
+
+    def count_loop(self) -> int:
+        """`loops`, counting the running event loop (once) if it is a new one."""
+        loop = get_running_loop()
+        if loop is not self._counted:
+            self._counted = loop
+            self.loops += 1
+        return self.loops
 
     def timed_out(self, task: asyncio.Task[Any]) -> bool:
         """After a CancelledError in ``task``'s call: True when it was the call's deadline

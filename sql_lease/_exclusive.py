@@ -11,7 +11,9 @@ long. While the job runs the lease is renewed (hold semantics), so a long job ke
 ``at_least_for`` keeps the lease after a fast run, until that long after it was taken, so
 replicas whose clocks or schedulers fire a little apart do not run the same tick twice: the
 lease is handed (gap-free) to a ``<owner>:at-least`` owner for what is left instead of being
-released. Durations are `timedelta`\\ s or numbers of **seconds**.
+released. Both are `timedelta`\\ s: a bare number is refused (`LeaseTypeError`), since
+every other duration of the library is in milliseconds (``*_ms``) and ``at_most_for=10_000``
+was once read as seconds (2.8 hours).
 
 Works with the sync provider (`sql_lease.sync`) and the async one, on sync and async
 functions: with the async provider the decorated function becomes a coroutine function (a
@@ -49,21 +51,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sql_lease.exclusive")
 
 F = TypeVar("F", bound=Callable[..., Any])
-Duration = timedelta | int | float
+Duration = timedelta
+_NO_TIME = timedelta(0)
 
 
 def _millis(what: str, value: object, *, zero: bool) -> int:
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise LeaseTypeError(
-            f"{what} must be a timedelta or a number of seconds, not {type(value).__name__}"
+    if not isinstance(value, timedelta):
+        hint = (
+            f" (a bare number's unit could be misread: write timedelta(seconds={value!r}) or "
+            f"timedelta(milliseconds={value!r}))"
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            else ""
         )
+        raise LeaseTypeError(f"{what} must be a timedelta, not {type(value).__name__}{hint}")
+    seconds = value.total_seconds()
     millis = -(-seconds * 1000 // 1)  # rounded up to a whole millisecond
     low = 0 if zero else 1
-    if not low <= millis <= MAX_TTL_MS or seconds != seconds:
+    if not low <= millis <= MAX_TTL_MS:
         raise LeaseValueError(
             f"{what} must be {'from 0' if zero else 'above 0'} to 365 days, not {value!r}"
         )
@@ -94,7 +98,7 @@ class Exclusive:
         name: str,
         *,
         at_most_for: Duration,
-        at_least_for: Duration = 0,
+        at_least_for: Duration = _NO_TIME,
         owner: str | None = None,
     ) -> None:
         check_name("name", name)
@@ -254,7 +258,7 @@ def exclusive(
     name: str,
     *,
     at_most_for: Duration,
-    at_least_for: Duration = 0,
+    at_least_for: Duration = _NO_TIME,
     owner: str | None = None,
 ) -> Exclusive:
     """Run a job under the lease ``name`` on one replica at a time; skip it elsewhere.

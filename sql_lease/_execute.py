@@ -7,14 +7,16 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ._connections import Connections
 from ._dberrors import CONNECTION, DROP, Failure
 from ._deadlines import Deadlines
+from ._forks import ForkAware
 from .backends import Backend, Fetch
 from .catalogue import Catalogue
-from .errors import LeaseClosedError, LeaseDatabaseError, LeaseError
+from .errors import LeaseDatabaseError, LeaseError
 from .observer import LeaseObserver, timed_statement
 
 __all__ = ["CANCEL_GRACE", "Fetch", "StatementRunner", "Via"]
@@ -26,7 +28,7 @@ RETRY_CHECKOUT: Final = CONNECTION | {Failure.REFUSED}  # failed checkouts worth
 Via = Callable[[Fetch], Awaitable[Any]]
 
 
-class StatementRunner:
+class StatementRunner(ForkAware):
     """Runs the catalogue's statements for a provider (its base class); see `_run`."""
 
     _backend: Backend
@@ -36,8 +38,21 @@ class StatementRunner:
     _observer: LeaseObserver | None
     _timeout: float
     _where: str
-    _closed: bool
     _cleanup_tasks: set[asyncio.Task[None]]
+    _engine: AsyncEngine
+    _owns_engine: bool
+
+    _loops_seen: int = 1
+
+    def _new_loop(self, loops: int) -> None:
+        """Calls now come from another event loop than the connections held (a provider reused
+        from a second ``asyncio.run``): start again with a fresh pool, before any I/O. Only an
+        engine this provider made is renewed (`Engine.dispose` with ``close=False``: the old
+        loop's connections are dropped unclosed); a caller's engine is the caller's."""
+        self._loops_seen = loops
+        if self._owns_engine:
+            self._engine.sync_engine.dispose(close=False)
+            self._connections.start_over(self._engine.sync_engine.pool)
 
     async def _run(
         self,
@@ -67,7 +82,7 @@ class StatementRunner:
         costs one test.
         """
         if self._closed:
-            raise LeaseClosedError(operation)
+            raise self._closed_error(operation)
         if self._observer is not None and not timed:
             return await timed_statement(
                 self._observer,
@@ -77,6 +92,8 @@ class StatementRunner:
             )
         deadlines = self._deadlines
         task = deadlines.start(self._timeout if seconds is None else seconds)
+        if deadlines.loops != self._loops_seen:
+            self._new_loop(deadlines.loops)
         connections = self._connections
         sent = False
         try:

@@ -22,7 +22,6 @@ from ._validate import (
 )
 from .capabilities import Holder, Released, Renewal
 from .catalogue import decode_row
-from .errors import LeaseClosedError
 
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
 
@@ -70,7 +69,7 @@ class SqlExtensions(CoalescedCalls):
         ttl = check_ttl(ttl_ms)
         if not pairs:
             if self._closed:
-                raise LeaseClosedError("renew_leases")
+                raise self._closed_error("renew_leases")
             return []
         # Duplicates would match one row twice; send each pair once and fan the answer out.
         unique = list(dict.fromkeys(pairs))
@@ -158,7 +157,7 @@ class SqlExtensions(CoalescedCalls):
         when ``fence`` is not the live fence. See `sql_lease._guard`.
         """
         if self._closed:
-            raise LeaseClosedError("guard")
+            raise self._closed_error("guard")
         await guard(self._sql, self._backend, conn, key, fence)
 
     async def now(self) -> datetime:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import cast
 
 from ._contract import AcquireResult, LeaseProvider
+from ._forks import closed_error
 from ._held import HeldLease, LeaseHook
 from ._runtime import RuntimeOwner
 from ._validate import Millis
 from ._wait import wait_for_lease
-from .errors import LeaseClosedError
 
 __all__ = ["LeaseLifecycle"]
 
@@ -51,7 +51,7 @@ class LeaseLifecycle(RuntimeOwner):
         Durations are ints of milliseconds or `timedelta` values.
         """
         if self._closed:
-            raise LeaseClosedError("hold")
+            raise closed_error(self, "hold")
         return HeldLease(
             cast(LeaseProvider, self),  # our provider classes implement the contract
             key,

@@ -8,7 +8,15 @@ opening the connection. A call past a bound raises `LeaseTimeoutError`.
 Behind a connection pooler (``pooler="transaction"`` or ``"session"``, a URL only) the
 connection sends no startup parameter the pooler refuses and uses only unnamed statements;
 the server's timeouts are then set with ``SET LOCAL`` inside the migration's one transaction
-(reads, `current` and `check`, have only the client-side bound).
+(reads, `current` and `check`, have only the client-side bound), as they are on an engine of
+the caller's.
+
+On PostgreSQL a migration first takes a transaction-level advisory lock
+(``pg_advisory_xact_lock`` on `sql_lease.schema.migration_lock_key`, fixed per version table)
+in its own transaction, before Alembic reads the version table: concurrent migrators (every
+process upgrading at start-up) run one after the other, the later ones find the revisions
+applied, and the lock is released by the commit or rollback, behind a transaction pooler
+too. Waiting for it is bounded by the server's ``lock_timeout`` and the call's deadline.
 
 On SQLite a migration writes in one ``BEGIN IMMEDIATE`` transaction: it takes the write lock
 before it reads the version table (a read that later writes cannot wait for the lock, and
@@ -35,6 +43,7 @@ from ._urls import build_engine, normalize_url, redact
 from .backends import backend_for, backend_for_url
 from .backends.sqlite.startup import MissingDatabaseFile
 from .errors import LeaseError, LeaseTypeError, LeaseValueError
+from .schema import migration_lock_key
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -74,6 +83,11 @@ class Bounds:
         if self.pooler is None or self.timeout is None:
             return None
         return self.timeout * SERVER_SHARE
+
+    @property
+    def in_transaction_timeout(self) -> float | None:
+        """The server-side timeouts for a connection that carries none (the caller's engine)."""
+        return None if self.timeout is None else self.timeout * SERVER_SHARE
 
     @property
     def busy_seconds(self) -> float:
@@ -149,10 +163,12 @@ async def run_on_connection(
     bounds: Bounds,
     write: bool,
     wal: bool = False,
+    lock_key: int | None = None,
 ) -> Any:
     """``fn(sync_connection, *args)`` on one connection to ``target``, within ``bounds``.
 
-    ``write``: in one transaction, committed at the end (``BEGIN IMMEDIATE`` on SQLite).
+    ``write``: in one transaction, committed at the end (``BEGIN IMMEDIATE`` on SQLite),
+    serialised with other migrators on ``lock_key`` (PostgreSQL's advisory lock).
     ``wal``: on SQLite, put the file in WAL mode first (and create it if missing; other
     calls never create a file). Failures are `LeaseError`s labelled ``operation``, except
     Alembic's own (an unknown revision...), which pass unchanged.
@@ -160,7 +176,8 @@ async def run_on_connection(
     engine, owned = _engine_for(target, bounds, create=wal)
     where = redact(engine.url)
     try:
-        return await _within(bounds.timeout, _run(engine, owned, fn, args, bounds, write, wal))
+        work = _run(engine, owned, fn, args, bounds, write, wal, lock_key)
+        return await _within(bounds.timeout, work)
     except LeaseError:
         raise
     except Exception as exc:
@@ -179,13 +196,20 @@ async def _run(
     bounds: Bounds,
     write: bool,
     wal: bool,
+    lock_key: int | None,
 ) -> Any:
+    # An engine of the caller's carries no server timeouts of ours: set them in the transaction.
+    server_timeout = bounds.server_timeout if owned else bounds.in_transaction_timeout
     try:
         async with engine.connect() as conn:
             if not write:
                 return await conn.run_sync(fn, *args)
             await backend_for(engine).begin_migration(
-                conn, prepare=wal, busy=bounds.busy_seconds, server_timeout=bounds.server_timeout
+                conn,
+                prepare=wal,
+                busy=bounds.busy_seconds,
+                server_timeout=server_timeout,
+                lock_key=lock_key,
             )
             result = await conn.run_sync(fn, *args)
             await conn.commit()
@@ -210,6 +234,7 @@ def run_env_online(cfg: Config, url: str, run: Callable[[Connection], None]) -> 
     name = getattr(cmd[0], "__name__", "") if isinstance(cmd, tuple) and cmd else ""
     write = name not in _READ_ONLY_COMMANDS
     bounds = Bounds.of(None, DEFAULT_CONNECT_TIMEOUT)
+    names = cfg.attributes["sql_lease_names"]
     try:
         asyncio.run(
             run_on_connection(
@@ -219,6 +244,7 @@ def run_env_online(cfg: Config, url: str, run: Callable[[Connection], None]) -> 
                 bounds=bounds,
                 write=write,
                 wal=name == "upgrade",
+                lock_key=migration_lock_key(names.table, names.schema),
             )
         )
     except MissingDatabaseFile:

@@ -92,6 +92,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._watch_forks()
         self._closing: asyncio.Task[None] | None = None
         self._deadlines = Deadlines()
         self._hints = ContentionHints()
@@ -235,7 +236,12 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         goes back to the pool, and the engine is disposed of if this provider created it
         (`from_url`); an engine the caller gave is left open.
         """
+        if self.forked:
+            return  # the connections are the parent's: nothing to release in this process
         if self._closing is None:
+            loops = self._deadlines.count_loop()
+            if loops != self._loops_seen:  # the connections are an earlier loop's
+                self._new_loop(loops)
             self._closed = True
             self._closing = asyncio.get_running_loop().create_task(self._shut_down())
         # Shielded: a cancelled (or self-cancelling, from inside a hold) caller does not stop

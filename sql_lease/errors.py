@@ -16,6 +16,7 @@ __all__ = [
     "LeaseDatabaseError",
     "LeaseError",
     "LeaseForeignRowError",
+    "LeaseForkedError",
     "LeaseLost",
     "LeaseNotAcquired",
     "LeaseSchemaError",
@@ -43,6 +44,22 @@ class LeaseClosedError(LeaseError, RuntimeError):
     def __init__(self, operation: str) -> None:
         super().__init__(f"{operation}: provider is closed")
         self.operation = operation
+
+
+class LeaseForkedError(LeaseClosedError):
+    """The provider was made in another process, which then forked this one: its connections
+    are that process's, so it makes no calls here (raised before any I/O). Create the
+    provider after the fork, in this process. ``parent_pid`` is the process that made it."""
+
+    def __init__(self, operation: str, parent_pid: int) -> None:
+        LeaseError.__init__(
+            self,
+            f"{operation}: this provider was created in process {parent_pid}, which then "
+            "forked this one; its connections belong to that process: create the provider "
+            "after the fork, in this process",
+        )
+        self.operation = operation
+        self.parent_pid = parent_pid
 
 
 class LeaseDatabaseError(LeaseError):

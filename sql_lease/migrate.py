@@ -17,7 +17,9 @@ PostgreSQL through a connection pooler (PgBouncer and the like), as for
 `SqlLeaseProvider.from_url`: no startup parameter but ``application_name``, only unnamed
 statements, and the server-side timeouts set inside the migration's one transaction. On
 SQLite, an upgrade creates the file if needed and puts it in WAL mode; the other calls never
-create a file (a missing file is at no revision).
+create a file (a missing file is at no revision). Every process may upgrade at once: on
+PostgreSQL migrators take turns on an advisory lock (`migration_lock_key`), one applies each
+revision, the others find it applied (past ``timeout``, `LeaseTimeoutError`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from .backends import backend_for_url
 from .backends.postgres.catalogue import quote_ident
 from .backends.sqlite.startup import MissingDatabaseFile
 from .errors import LeaseError, LeaseValueError
-from .schema import DEFAULT_TABLE, fence_sequence_name, version_table_name
+from .schema import DEFAULT_TABLE, fence_sequence_name, migration_lock_key, version_table_name
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -72,6 +74,7 @@ __all__ = [
     "include_name",
     "lease_table_names",
     "make_config",
+    "migration_lock_key",
     "migration_names",
     "run_env_online",
     "script_location",
@@ -230,7 +233,13 @@ async def _migrate(
     # Only an upgrade creates a missing SQLite file; there is nothing to downgrade in none.
     with contextlib.suppress(MissingDatabaseFile):
         await run_on_connection(
-            target, *args, operation=name, bounds=bounds, write=True, wal=name == "upgrade"
+            target,
+            *args,
+            operation=name,
+            bounds=bounds,
+            write=True,
+            wal=name == "upgrade",
+            lock_key=migration_lock_key(table_name, schema),
         )
 
 

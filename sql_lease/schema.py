@@ -34,6 +34,7 @@ __all__ = [
     "lease_table",
     "leases",
     "metadata",
+    "migration_lock_key",
     "notify_channel",
     "version_table_name",
 ]
@@ -50,6 +51,17 @@ def fence_sequence_name(table_name: str) -> str:
 def version_table_name(table_name: str) -> str:
     """Name of the Alembic version table of the library's migrations for ``table_name``."""
     return f"{table_name}_alembic_version"
+
+
+def migration_lock_key(table_name: str, schema: str | None = None) -> int:
+    """The PostgreSQL advisory lock key that serialises the library's migrations of one table.
+
+    The first 8 bytes of the SHA-256 of ``sql_lease.migrations:<schema>.<version table>``
+    (schema ``public`` when None), as a signed 64-bit integer: fixed for a given table, and
+    derived from the version table's name so that two libraries' locks never collide.
+    """
+    name = f"sql_lease.migrations:{schema or 'public'}.{version_table_name(table_name)}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
 
 
 def notify_channel(table_name: str, schema: str | None = None) -> str:

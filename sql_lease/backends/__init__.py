@@ -200,10 +200,13 @@ class Backend(Protocol):
         prepare: bool,
         busy: float,
         server_timeout: float | None = None,
+        lock_key: int | None = None,
     ) -> None:
         """Set a migration connection up (``prepare``: for an upgrade) and begin its write
         transaction; ``server_timeout``: seconds of server-side statement and lock timeout
-        set inside that transaction (behind a pooler, where connecting cannot set them)."""
+        set inside that transaction (behind a pooler, where connecting cannot set them);
+        ``lock_key``: serialise with other migrators on it, within that transaction (a
+        backend whose write transaction is already exclusive, as SQLite's, ignores it)."""
         ...
 
 

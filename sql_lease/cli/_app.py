@@ -17,7 +17,8 @@ _HELP = """Distributed leases on PostgreSQL: inspect and manage them, migrate, r
 
 The database is --url (postgresql://... or sqlite:///path.db), else $SQL_LEASE_DATABASE_URL,
 else an embedded SQLite file in $XDG_STATE_HOME/sql-lease (its path is printed on stderr
-unless --quiet or --json), which is migrated automatically.
+unless --quiet or --json), which is migrated automatically. An empty --url or
+$SQL_LEASE_DATABASE_URL is a usage error, never a fallback to that file.
 
 \b
 KEY and OWNER arguments read Python-style escapes: \\0 (always NUL, never octal),

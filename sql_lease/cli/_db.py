@@ -20,7 +20,8 @@ class Target:
 
     url: str
     embedded: bool = False
-    note: str | None = None  #: shown on stderr when the user did not name the database
+    note: str | None = None  #: shown on stderr when the database was not named by --url
+    from_option: bool = False  #: named by --url (not the environment, not the default)
 
     @property
     def shown(self) -> str:
@@ -52,15 +53,19 @@ def embedded_url(path: Path) -> str:
 def resolve(url: str | None, *, embedded_path: Path | None = None) -> Target:
     """``url`` if given, else the environment, else the embedded SQLite default.
 
-    ``embedded_path`` is the SQLite file to use by default (the demo passes a temporary one);
-    it defaults to ``leases.db`` in `state_dir`. A URL that does not parse, or carries a
-    parameter that is not supported, is a usage error here, before any command runs.
+    The default applies only when neither is given at all: an empty ``--url`` or an empty
+    variable (``--url "$DATABASE_URL"`` with the variable unset) is a usage error, never a
+    silent switch to another database. ``embedded_path`` is the SQLite file to use by default
+    (the demo passes a temporary one); it defaults to ``leases.db`` in `state_dir`. A URL
+    that does not parse, or carries a parameter that is not supported, is a usage error here,
+    before any command runs.
     """
-    if url:
+    if url is not None:
         return _named(url, "--url")
     from_env = os.environ.get(ENV_URL)
-    if from_env:
-        return _named(from_env, ENV_URL)
+    if from_env is not None:
+        named = _named(from_env, ENV_URL)
+        return Target(named.url, note=f"using {ENV_URL}: {named.shown}")
     path = embedded_path or state_dir() / "leases.db"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,8 +81,14 @@ def resolve(url: str | None, *, embedded_path: Path | None = None) -> Target:
 
 
 def _named(url: str, source: str) -> Target:
+    if not url.strip():
+        raise CliError(
+            f"{source} is empty: give a database URL (without --url and {ENV_URL} the "
+            "embedded SQLite database is used)",
+            ExitCode.USAGE,
+        )
     try:
         normalize_url(url)
     except LeaseValueError as exc:  # its message never quotes the URL
         raise CliError(f"{source}: {exc}", ExitCode.USAGE) from None
-    return Target(url)
+    return Target(url, from_option=source == "--url")

@@ -189,8 +189,14 @@ def database_options(fn: F) -> F:
 
 
 def migrate_command(settings: Settings) -> str:
-    """The ``sql-lease migrate`` command line that installs the schema these settings use."""
+    """The ``sql-lease migrate`` command line that installs the schema these settings use,
+    ready to paste: the ``--url`` given (a placeholder where its password was; a URL from the
+    environment is left to the environment), ``--table``, ``--schema`` and ``--pooler``."""
     words = ["sql-lease", "migrate"]
+    if settings.target.from_option:
+        words += ["--url", settings.target.shown]
+    if settings.pooler is not None:
+        words += ["--pooler", settings.pooler]
     if settings.table != DEFAULT_TABLE:
         words += ["--table", settings.table]
     if settings.schema:

@@ -4,7 +4,9 @@ Holds the lease NAME (renewed while the command runs, through the sync provider)
 command; every other replica that fires the same job meanwhile skips it. Exit codes: the
 command's own (128 + N when a signal N ended it); `SKIPPED` (75, or ``--skip-code``) when
 another replica holds NAME; `LOST` (76) when the lease was lost while the command ran (the
-command is then sent SIGTERM, and SIGKILL 10 s later); 127 when the command cannot be started.
+command is then sent SIGTERM, and SIGKILL 10 s later); 127 when the command cannot be started;
+`MISSING_DEPENDENCY` (78, EX_CONFIG) when the sync driver is not installed (the ``cli`` extra
+brings it; a bare install of the library may lack it).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from ._errors import CliError, ExitCode
 from ._options import Settings, database_options, to_age, to_name, to_ttl
 from ._output import note
 
-__all__ = ["LOST", "NOT_STARTED", "SKIPPED", "run_cmd"]
+__all__ = ["LOST", "MISSING_DEPENDENCY", "NOT_STARTED", "SKIPPED", "run_cmd"]
 
 SKIPPED = 75  #: EX_TEMPFAIL: another replica holds the lease (the default of --skip-code)
 LOST = 76  #: the lease was lost while the command ran
 NOT_STARTED = 127  #: the command was not found or could not be started
+MISSING_DEPENDENCY = 78  #: EX_CONFIG: psycopg (the sync driver `run` needs) is not installed
 _POLL_S = 0.1
 _KILL_AFTER_S = 10.0
 
@@ -99,7 +102,8 @@ def run_cmd(
     sql-lease run --exclusive reports:nightly --at-most 10m --at-least 30s -- ./nightly.sh
 
     Exits with the command's code, --skip-code (75) when skipped, 76 when the lease was lost
-    while the command ran (the command gets SIGTERM), 127 when it cannot be started.
+    while the command ran (the command gets SIGTERM), 127 when it cannot be started, 78 when
+    psycopg (the sync driver, in the cli and sync extras) is not installed.
     """
     if at_least > at_most:
         raise CliError("--at-least must not be longer than --at-most", ExitCode.USAGE)
@@ -113,14 +117,19 @@ def run_cmd(
     if settings.target.embedded:
         migrate.upgrade(settings.target.url, table_name=settings.table, schema=settings.schema)
     seconds = settings.timeout_ms / 1000
-    with SqlLeaseProvider.from_url(
-        settings.target.url,
-        table_name=settings.table,
-        schema=settings.schema,
-        timeout=seconds,
-        connect_timeout=seconds,
-        pool_size=2,
-    ) as provider:
+    try:
+        provider = SqlLeaseProvider.from_url(
+            settings.target.url,
+            table_name=settings.table,
+            schema=settings.schema,
+            timeout=seconds,
+            connect_timeout=seconds,
+            pool_size=2,
+        )
+    except ImportError as exc:
+        note(f"error: {exc}")
+        return MISSING_DEPENDENCY
+    with provider:
         job = exclusive(
             provider,
             name,

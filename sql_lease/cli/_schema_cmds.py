@@ -10,7 +10,7 @@ from alembic.script import ScriptDirectory
 
 from .. import migrate
 from ._errors import CliError, ExitCode
-from ._options import Settings, database_options
+from ._options import Settings, database_options, migrate_command
 from ._output import emit_json, say
 from ._session import announce
 
@@ -23,7 +23,7 @@ _SQL = click.option(
 
 def _offline_url(settings: Settings) -> str | None:
     """The URL for offline SQL: only one the user named (it selects the dialect)."""
-    return settings.target.url if settings.target.note is None else None
+    return None if settings.target.embedded else settings.target.url
 
 
 def _where(settings: Settings) -> dict[str, Any]:
@@ -53,6 +53,16 @@ def _at_head(settings: Settings) -> tuple[str | None, str]:
         return await migrate.current_async(settings.target.url, **_where(settings))
 
     return asyncio.run(run()), migrate.head()
+
+
+def _report(settings: Settings, now_at: str | None, head: str) -> dict[str, Any]:
+    """The JSON of ``current`` and ``check``: the revisions and the database (redacted)."""
+    return {
+        "current": now_at,
+        "head": head,
+        "at_head": now_at == head,
+        "database": settings.target.shown,
+    }
 
 
 def downgrade_effect(revision: str) -> str:
@@ -104,10 +114,11 @@ def migrate_cmd(settings: Settings, revision: str, sql: bool) -> int:
     now_at = asyncio.run(run())
     head = migrate.head()
     if settings.as_json:
-        emit_json({"current": now_at, "head": head})
+        emit_json({"current": now_at, "head": head, "database": settings.target.shown})
     else:
         suffix = " (head)" if now_at == head else ""
-        say(f"leases schema at {now_at or 'base (not installed)'}{suffix}")
+        where = settings.target.shown
+        say(f"leases schema at {now_at or 'base (not installed)'}{suffix} in {where}")
     return ExitCode.OK
 
 
@@ -135,9 +146,9 @@ def downgrade_cmd(settings: Settings, revision: str, yes: bool, sql: bool) -> in
     asyncio.run(migrate.downgrade_async(settings.target.url, revision, **_where(settings)))
     now_at = _current(settings)
     if settings.as_json:
-        emit_json({"current": now_at, "head": migrate.head()})
+        emit_json({"current": now_at, "head": migrate.head(), "database": settings.target.shown})
     else:
-        say(f"leases schema at {now_at or 'base (not installed)'}")
+        say(f"leases schema at {now_at or 'base (not installed)'} in {settings.target.shown}")
     return ExitCode.OK
 
 
@@ -148,9 +159,11 @@ def current_cmd(settings: Settings) -> int:
     announce(settings)
     now_at, head = _current(settings), migrate.head()
     if settings.as_json:
-        emit_json({"current": now_at, "head": head, "at_head": now_at == head})
+        emit_json(_report(settings, now_at, head))
     else:
-        say(f"current: {now_at or 'none (not installed)'}  head: {head}")
+        say(
+            f"current: {now_at or 'none (not installed)'}  head: {head}  in {settings.target.shown}"
+        )
     return ExitCode.OK
 
 
@@ -161,16 +174,17 @@ def check_cmd(settings: Settings) -> int:
     announce(settings)
     now_at, head = _at_head(settings)
     if settings.as_json:
-        emit_json({"current": now_at, "head": head, "at_head": now_at == head})
+        emit_json(_report(settings, now_at, head))
     elif now_at == head:
-        say(f"ok: leases schema at head ({head})")
+        say(f"ok: leases schema at head ({head}) in {settings.target.shown}")
     if now_at == head:
         return ExitCode.OK
     if settings.as_json:
         return ExitCode.SCHEMA
     raise CliError(
-        f"the leases schema is at {now_at or 'nothing (not installed)'}, this version needs "
-        f"{head}: run `sql-lease migrate`",
+        f"the leases schema in {settings.target.shown} is at "
+        f"{now_at or 'nothing (not installed)'}, this version needs {head}: run "
+        f"`{migrate_command(settings)}`",
         ExitCode.SCHEMA,
     )
 

@@ -41,17 +41,25 @@ class Target:
         listening on ``listen``'s database when given)."""
         if listen is not None and listen.backend is not self.backend:
             raise LeaseValueError("listen_url must be a URL of the same database kind as url")
-        return self.backend.sync_url_executor(
-            self.url,
-            table,
-            where=self.where,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            synchronous_commit=synchronous_commit,
-            pool_size=pool_size,
-            pooler=pooler,
-            listen_url=None if listen is None else listen.url,
-        )
+        try:
+            return self.backend.sync_url_executor(
+                self.url,
+                table,
+                where=self.where,
+                timeout=timeout,
+                connect_timeout=connect_timeout,
+                synchronous_commit=synchronous_commit,
+                pool_size=pool_size,
+                pooler=pooler,
+                listen_url=None if listen is None else listen.url,
+            )
+        except ImportError as exc:  # the driver is an extra: name it
+            raise ModuleNotFoundError(
+                f"sql_lease.sync on {self.backend.title} needs a package that is not "
+                f"installed ({exc}): install the `sync` extra of sql-lease (psycopg, "
+                "psycopg-pool)",
+                name=exc.name,
+            ) from exc
 
 
 def parse(url: str | URL) -> Target:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from .._contract import AcquireResult
+from .._forks import closed_error
 from .._validate import Millis
-from ..errors import LeaseClosedError
 from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease, LeaseHook
 from ._renewer import Renewer
@@ -77,7 +77,7 @@ class SyncLifecycle:
         to ``wait_ms``); on loss sets ``lease.lost`` and raises `LeaseLost` on exit.
         """
         if self._life.closed:
-            raise LeaseClosedError("hold")
+            raise closed_error(self, "hold")
         return HeldLease(
             self._as_provider(),
             self._life,
@@ -102,6 +102,6 @@ class SyncLifecycle:
         SQLite waiters re-check every 50 ms; in memory a release wakes a waiter at once.
         """
         if self._life.closed:
-            raise LeaseClosedError("wait_for_lease")
+            raise closed_error(self, "wait_for_lease")
         result, _ = self._life.wait_for(self._as_provider(), key, owner, ttl_ms, timeout_ms)
         return result

@@ -17,6 +17,7 @@ from sqlalchemy.engine import URL, Engine
 
 from .._contention import ContentionHints
 from .._contract import AcquireResult, Lease
+from .._forks import ForkAware
 from .._provider_args import check_bool, check_pooler, check_seconds, check_table
 from .._urls import redact
 from .._validate import (
@@ -31,7 +32,6 @@ from .._validate import (
 from ..backends import SyncExecutor
 from ..capabilities import Renewal
 from ..catalogue import decode_list_live, label, name_of
-from ..errors import LeaseClosedError
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
 from ._connect import engine_target, parse
@@ -52,7 +52,7 @@ _wait_logger = logging.getLogger("sql_lease.wait")
 Executor = SyncExecutor
 
 
-class SqlLeaseProvider(SyncLifecycle):
+class SqlLeaseProvider(SyncLifecycle, ForkAware):
     """Leases in PostgreSQL (psycopg 3) or SQLite (`sqlite3`), for threads; blocking calls.
 
     Takes a caller's SQLAlchemy `Engine` (``postgresql+psycopg`` or ``sqlite``), which it never
@@ -158,6 +158,7 @@ class SqlLeaseProvider(SyncLifecycle):
         self._engine = engine
         self._hints = ContentionHints()
         self._closed = False
+        self._watch_forks()
         #: Diagnostics, as on the async provider: acquire statements run again, and failed
         #: acquires answered by a read of the holder (see `sql_lease._contention`).
         self.acquire_reruns = 0
@@ -233,7 +234,7 @@ class SqlLeaseProvider(SyncLifecycle):
         seconds: float | None = None,
     ) -> list[tuple[Any, ...]]:
         if self._closed:
-            raise LeaseClosedError(operation)
+            raise self._closed_error(operation)
         return self._exec.run(
             operation, write, sql, args, self._timeout if seconds is None else seconds
         )
@@ -409,5 +410,5 @@ class SqlLeaseProvider(SyncLifecycle):
         ``conn`` is the caller's SQLAlchemy sync `Connection` (PostgreSQL). See `_guard`.
         """
         if self._closed:
-            raise LeaseClosedError("guard")
+            raise self._closed_error("guard")
         guard(conn, self._sql.table, key, fence)

@@ -95,5 +95,5 @@ def test_check_labels_its_errors_check(
     assert result.err_lines[-1].startswith("sql-lease: error: check: "), result.err
     assert "file is not a database" in result.err
     missing = sql_lease("check", "--url", f"sqlite:///{tmp_path / 'missing.db'}", env=state)
-    assert missing.code == 4 and "run `sql-lease migrate`" in missing.err
+    assert missing.code == 4 and "run `sql-lease migrate --url sqlite+aiosqlite:///" in missing.err
     assert not (tmp_path / "missing.db").exists()

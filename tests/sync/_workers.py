@@ -6,6 +6,7 @@ import os
 import random
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 from sql_lease import exclusive
@@ -83,7 +84,12 @@ def tick_runner(
             if delay > 0:
                 time.sleep(delay)
 
-            @exclusive(provider, name, at_most_for=30, at_least_for=at_least_s)
+            @exclusive(
+                provider,
+                name,
+                at_most_for=timedelta(seconds=30),
+                at_least_for=timedelta(seconds=at_least_s),
+            )
             def job(tick: int = i) -> bool:
                 # One file per run of a tick: two runs of one tick would make two files.
                 path = os.path.join(runs_dir, f"tick{tick:04d}-pid{os.getpid()}")
@@ -100,7 +106,7 @@ def crashing_holder(url: str, name: str, at_most_s: float, ready_path: str) -> N
     """Take the job ``name`` and hang inside it (the test SIGKILLs this process)."""
     with (
         SqlLeaseProvider.from_url(url, timeout=10) as provider,
-        exclusive(provider, name, at_most_for=at_most_s) as run,
+        exclusive(provider, name, at_most_for=timedelta(seconds=at_most_s)) as run,
     ):
         assert run
         with open(ready_path, "w") as f:

@@ -30,7 +30,7 @@ def test_a_decorated_job_runs_where_the_lease_is_free_and_is_skipped_elsewhere(
 ) -> None:
     calls: list[int] = []
 
-    @exclusive(sync_provider, "job", at_most_for=30)
+    @exclusive(sync_provider, "job", at_most_for=timedelta(seconds=30))
     def job(x: int) -> int:
         calls.append(x)
         return x * 2
@@ -47,7 +47,9 @@ def test_a_decorated_job_runs_where_the_lease_is_free_and_is_skipped_elsewhere(
 def test_at_most_for_is_the_ttl_and_at_least_for_keeps_the_lease_after_a_fast_run(
     sync_provider: Any,
 ) -> None:
-    with exclusive(sync_provider, "job", at_most_for=timedelta(minutes=10), at_least_for=20) as r:
+    with exclusive(
+        sync_provider, "job", at_most_for=timedelta(minutes=10), at_least_for=timedelta(seconds=20)
+    ) as r:
         assert r and r.acquired
         lease = sync_provider.get_lease("job")
         ttl = lease.expires_at - lease.acquired_at  # two clock readings in one statement
@@ -57,12 +59,12 @@ def test_at_most_for_is_the_ttl_and_at_least_for_keeps_the_lease_after_a_fast_ru
     # Kept until about at_least_for after it was taken (measured from before the request).
     kept_for = kept.expires_at - lease.acquired_at
     assert timedelta(seconds=15) < kept_for <= timedelta(seconds=20.5), kept_for
-    with exclusive(sync_provider, "job", at_most_for=60) as again:
+    with exclusive(sync_provider, "job", at_most_for=timedelta(seconds=60)) as again:
         assert not again and again.holder == kept.owner
 
 
 def test_a_long_job_renews_while_it_runs(sync_provider: Any) -> None:
-    with exclusive(sync_provider, "job", at_most_for=0.6) as run:
+    with exclusive(sync_provider, "job", at_most_for=timedelta(seconds=0.6)) as run:
         assert run
         eventually(lambda: run.lease.renewals >= 3, "three renewals")  # past its 0.6 s TTL
         assert sync_provider.get_lease_owner("job") == run.owner
@@ -70,7 +72,7 @@ def test_a_long_job_renews_while_it_runs(sync_provider: Any) -> None:
 
 
 def test_an_error_in_the_job_propagates_and_releases(sync_provider: Any) -> None:
-    @exclusive(sync_provider, "job", at_most_for=30)
+    @exclusive(sync_provider, "job", at_most_for=timedelta(seconds=30))
     def job() -> None:
         raise KeyError("boom")
 
@@ -80,47 +82,65 @@ def test_an_error_in_the_job_propagates_and_releases(sync_provider: Any) -> None
 
 
 async def test_async_functions_with_the_sync_provider(sync_provider: Any) -> None:
-    @exclusive(sync_provider, "job", at_most_for=30)
+    @exclusive(sync_provider, "job", at_most_for=timedelta(seconds=30))
     async def job() -> str:
         await asyncio.sleep(0)
         return sync_provider.get_lease_owner("job")
 
     owner = await job()
     assert owner is not None and owner.count(":") >= 2  # host:pid:random
-    async with exclusive(sync_provider, "job", at_most_for=30) as run:
+    async with exclusive(sync_provider, "job", at_most_for=timedelta(seconds=30)) as run:
         assert run
 
 
 async def test_sync_and_async_functions_with_the_async_provider(
     sql_provider: SqlLeaseProvider,
 ) -> None:
-    @exclusive(sql_provider, "job", at_most_for=30, at_least_for=5)
+    @exclusive(
+        sql_provider, "job", at_most_for=timedelta(seconds=30), at_least_for=timedelta(seconds=5)
+    )
     async def job() -> str:
         return "ran"
 
-    @exclusive(sql_provider, "job2", at_most_for=30)
+    @exclusive(sql_provider, "job2", at_most_for=timedelta(seconds=30))
     def blocking() -> str:
         return "ran in a thread"
 
     assert await job() == "ran"
     assert await job() is None  # at_least_for keeps it
     assert await blocking() == "ran in a thread"  # type: ignore[misc]
-    with pytest.raises(TypeError), exclusive(sql_provider, "job3", at_most_for=30):
+    with (
+        pytest.raises(TypeError),
+        exclusive(sql_provider, "job3", at_most_for=timedelta(seconds=30)),
+    ):
         pass
+
+
+def test_a_bare_number_is_refused_with_the_two_readings_spelled_out() -> None:
+    from sql_lease.sync import InMemoryLeaseProvider
+
+    with pytest.raises(TypeError) as info:
+        exclusive(InMemoryLeaseProvider(), "job", at_most_for=10_000)
+    assert str(info.value) == (
+        "at_most_for must be a timedelta, not int (a bare number's unit could be misread: "
+        "write timedelta(seconds=10000) or timedelta(milliseconds=10000))"
+    )
 
 
 @pytest.mark.parametrize(
     ("kwargs", "exc"),
     [
-        ({"at_most_for": 0}, ValueError),
-        ({"at_most_for": -1}, ValueError),
+        ({"at_most_for": timedelta(seconds=0)}, ValueError),
+        ({"at_most_for": timedelta(seconds=-1)}, ValueError),
         ({"at_most_for": True}, TypeError),
         ({"at_most_for": "10m"}, TypeError),
-        ({"at_most_for": float("nan")}, ValueError),
-        ({"at_most_for": 10, "at_least_for": 11}, ValueError),
-        ({"at_most_for": 10, "at_least_for": -1}, ValueError),
+        ({"at_most_for": 10_000}, TypeError),  # seconds or milliseconds? refused
+        ({"at_most_for": 0.5}, TypeError),
+        ({"at_most_for": timedelta(seconds=10), "at_least_for": 1}, TypeError),
+        ({"at_most_for": timedelta(seconds=10), "at_least_for": timedelta(seconds=11)}, ValueError),
+        ({"at_most_for": timedelta(seconds=10), "at_least_for": timedelta(seconds=-1)}, ValueError),
         ({"at_most_for": timedelta(days=366)}, ValueError),
-        ({"at_most_for": 10, "owner": ""}, ValueError),
+        ({"at_most_for": timedelta(seconds=10), "owner": ""}, ValueError),
     ],
 )
 def test_bad_arguments_are_refused_at_once(kwargs: dict[str, Any], exc: type[Exception]) -> None:
@@ -130,9 +150,9 @@ def test_bad_arguments_are_refused_at_once(kwargs: dict[str, Any], exc: type[Exc
         exclusive(InMemoryLeaseProvider(), "job", **kwargs)
     assert isinstance(info.value, LeaseError)
     with pytest.raises(TypeError):
-        exclusive(object(), "job", at_most_for=10)
+        exclusive(object(), "job", at_most_for=timedelta(seconds=10))
     with pytest.raises(ValueError, match="name must not be empty"):
-        exclusive(InMemoryLeaseProvider(), "", at_most_for=10)
+        exclusive(InMemoryLeaseProvider(), "", at_most_for=timedelta(seconds=10))
 
 
 def test_eight_processes_firing_each_tick_run_it_exactly_once(
@@ -179,7 +199,7 @@ def test_a_holder_killed_with_sigkill_blocks_the_job_for_at_most_at_most_for(
             killed_at = provider.now()
             runs: list[Any] = []
 
-            @exclusive(provider, name, at_most_for=30)
+            @exclusive(provider, name, at_most_for=timedelta(seconds=30))
             def job() -> None:
                 runs.append(provider.get_lease(name))
 

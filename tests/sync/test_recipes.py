@@ -41,7 +41,9 @@ def test_apscheduler_on_two_replicas_runs_each_tick_once(database_url: str) -> N
         scheduler = BackgroundScheduler(timezone="UTC")
 
         # The recipe: decorate the job, schedule it on every replica.
-        @exclusive(provider, name, at_most_for=60, at_least_for=0.5)
+        @exclusive(
+            provider, name, at_most_for=timedelta(seconds=60), at_least_for=timedelta(seconds=0.5)
+        )
         def job(tick: int, replica: str = replica) -> None:
             with lock:
                 ran.append((tick, replica))

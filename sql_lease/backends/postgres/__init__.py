@@ -210,12 +210,16 @@ class PostgresBackend:
         prepare: bool,
         busy: float,
         server_timeout: float | None = None,
+        lock_key: int | None = None,
     ) -> None:
         await conn.begin()
         if server_timeout is not None:
             millis = max(1, round(server_timeout * 1000))
             for name in ("statement_timeout", "lock_timeout"):
                 await conn.exec_driver_sql(f"SET LOCAL {name} = {millis}")
+        if lock_key is not None:  # a transaction-level lock: it holds behind a pooler too
+            key = int(lock_key)
+            await conn.exec_driver_sql(f"SELECT pg_catalog.pg_advisory_xact_lock({key})")
 
 
 BACKEND: Final = PostgresBackend()

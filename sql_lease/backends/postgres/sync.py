@@ -43,6 +43,7 @@ from .errors import classify, translate
 from .pooler_text import PoolerStatements
 from .psycopg_values import pinned_cursor
 from .psycopg_wire import render
+from .sync_pool_report import POOL_NAME, PROBE_S, ConnectReport, quiet_pool_log, reporting_class
 
 __all__ = [
     "EnginePgSource",
@@ -78,43 +79,48 @@ def is_broken(exc: BaseException) -> bool:
 
 
 def open_pool(kwargs: dict[str, Any], *, size: int, timeout: float) -> PoolPgSource:
-    """A started `psycopg_pool.ConnectionPool` (connecting in the background) as a source."""
+    """A started `psycopg_pool.ConnectionPool` (connecting in the background) as a source;
+    why its connections fail is reported to the callers (`sync_pool_report`)."""
+    quiet_pool_log()
+    report = ConnectReport()
     pool: psycopg_pool.ConnectionPool[PooledConnection] = psycopg_pool.ConnectionPool(
         kwargs=kwargs,
-        connection_class=PooledConnection,
+        connection_class=reporting_class(PooledConnection, report),
         min_size=0,
         max_size=size,
         open=False,
         timeout=timeout,
-        name="sql_lease",
+        name=POOL_NAME,
         reconnect_timeout=max(timeout, 30.0),
     )
     pool.open(wait=False)
-    return PoolPgSource(pool)
+    return PoolPgSource(pool, report)
 
 
 class PoolPgSource:
     """Connections from a pool that the provider owns (and closes); each keeps its cursor."""
 
-    def __init__(self, pool: psycopg_pool.ConnectionPool[PooledConnection]) -> None:
+    def __init__(
+        self, pool: psycopg_pool.ConnectionPool[PooledConnection], report: ConnectReport
+    ) -> None:
         self.pool = pool
-        self._errors_seen = 0
+        self.report = report
 
     def get(self, timeout: float) -> tuple[psycopg.Connection[Any], object]:
-        try:
-            conn = self.pool.getconn(timeout=timeout)
-        except psycopg_pool.PoolTimeout as exc:
-            # The pool connects in the background and only says it timed out; if connecting
-            # failed meanwhile, the server is unreachable rather than the pool busy.
-            errors = self.pool.get_stats().get("connections_errors", 0)
-            if errors > self._errors_seen:
-                self._errors_seen = errors
-                raise ConnectionRefusedError(
-                    "no connection could be opened within the timeout (the 'psycopg.pool' "
-                    "log says why)"
-                ) from exc
-            raise
-        return conn, None
+        """A connection within ``timeout``; while the pool has none that works, the reason
+        its connecting failed (`psycopg.OperationalError`) as soon as it is known."""
+        deadline = monotonic() + timeout
+        report = self.report
+        while True:
+            left = deadline - monotonic()
+            try:
+                conn = self.pool.getconn(timeout=left if report.settled else min(left, PROBE_S))
+            except psycopg_pool.PoolTimeout:
+                report.check()
+                if monotonic() >= deadline:
+                    raise
+                continue
+            return conn, None
 
     def cursor(self, conn: psycopg.Connection[Any], token: object) -> psycopg.RawCursor[Any]:
         """The cursor kept by ``conn`` (made on first use)."""

@@ -167,6 +167,7 @@ class SqliteBackend:
         prepare: bool,
         busy: float,
         server_timeout: float | None = None,
+        lock_key: int | None = None,
     ) -> None:
         if prepare:  # the upgrade puts the file in WAL mode, once, for every later connection
             raw = await conn.get_raw_connection()
