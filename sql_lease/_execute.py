@@ -12,6 +12,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ._connections import Connections
 from ._dberrors import CONNECTION, DROP, Failure
 from ._deadlines import Deadlines
+from ._schema_home import FIND_HOME, home_of, renames
 from .backends import Backend, Fetch
 from .catalogue import Catalogue
 from .errors import LeaseClosedError, LeaseDatabaseError, LeaseError
@@ -38,6 +39,26 @@ class StatementRunner:
     _where: str
     _closed: bool
     _cleanup_tasks: set[asyncio.Task[None]]
+    _table_name: str
+    #: None when the catalogue names its schema; else old -> new statement texts, empty
+    #: until the table's schema is found (`_schema_home`).
+    _renames: dict[str, str] | None
+    _home_lock: asyncio.Lock | None = None
+
+    async def _find_home(self) -> None:
+        """Find the table's schema (once: `_schema_home`) and name it in every statement."""
+        renamed = self._renames
+        if self._home_lock is None:
+            self._home_lock = asyncio.Lock()
+        async with self._home_lock:
+            if renamed is None or renamed:
+                return
+            home_sql = self._backend.home_sql
+            rows = await self._run(FIND_HOME, False, home_sql or "", (self._table_name,))
+            home = home_of(rows, self._table_name)
+            new = self._backend.catalogue(self._table_name, None, home)
+            renamed.update(renames(self._sql, new))
+            self._sql = new
 
     async def _run(
         self,
@@ -75,6 +96,13 @@ class StatementRunner:
                 operation,
                 self._run(operation, write, sql, args, seconds, True, via),
             )
+        renamed = self._renames
+        if renamed is not None and operation != FIND_HOME:
+            if not renamed:
+                await self._find_home()
+            sql = renamed.get(sql, sql)
+            if via is not None:
+                via = _renaming(via, renamed)
         deadlines = self._deadlines
         task = deadlines.start(self._timeout if seconds is None else seconds)
         connections = self._connections
@@ -158,3 +186,12 @@ class StatementRunner:
             await self._backend.settle(fairy)
         finally:
             await self._connections.drop(fairy)
+
+
+def _renaming(via: Via, renamed: dict[str, str]) -> Via:
+    """``via`` sending the statement texts of the catalogue as it is now."""
+
+    def run(fetch: Fetch) -> Awaitable[Any]:
+        return via(lambda sql, *args: fetch(renamed.get(sql, sql), *args))
+
+    return run
