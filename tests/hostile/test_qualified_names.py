@@ -35,7 +35,7 @@ from ..integration.test_races import check_history, pool
 from ..sync._workers import hammer as sync_hammer
 from .conftest import PATH, Hostile
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.infra, pytest.mark.timeout(120)]
 
 
 def test_the_environment_is_hostile(hostile: Hostile) -> None:
