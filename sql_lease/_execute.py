@@ -12,7 +12,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from ._connections import Connections
 from ._dberrors import CONNECTION, DROP, Failure
 from ._deadlines import Deadlines
-from ._schema_home import FIND_HOME, home_of, renames
+from ._schema_home import home_of, renames
 from .backends import Backend, Fetch
 from .catalogue import Catalogue
 from .errors import LeaseClosedError, LeaseDatabaseError, LeaseError
@@ -45,17 +45,20 @@ class StatementRunner:
     _renames: dict[str, str] | None
     _home_lock: asyncio.Lock | None = None
 
-    async def _find_home(self) -> None:
-        """Find the table's schema (once: `_schema_home`) and name it in every statement."""
+    async def _find_home(self, operation: str) -> None:
+        """Find the table's schema (once: `_schema_home`) and name it in every statement.
+
+        Runs as part of the caller's ``operation`` (its errors name it; observers see only
+        that operation)."""
         renamed = self._renames
         if self._home_lock is None:
             self._home_lock = asyncio.Lock()
         async with self._home_lock:
             if renamed is None or renamed:
                 return
-            home_sql = self._backend.home_sql
-            rows = await self._run(FIND_HOME, False, home_sql or "", (self._table_name,))
-            home = home_of(rows, self._table_name)
+            home_sql = self._backend.home_sql or ""
+            rows = await self._run(operation, False, home_sql, (self._table_name,), None, True)
+            home = home_of(rows, self._table_name, operation)
             new = self._backend.catalogue(self._table_name, None, home)
             renamed.update(renames(self._sql, new))
             self._sql = new
@@ -97,9 +100,9 @@ class StatementRunner:
                 self._run(operation, write, sql, args, seconds, True, via),
             )
         renamed = self._renames
-        if renamed is not None and operation != FIND_HOME:
-            if not renamed:
-                await self._find_home()
+        if renamed is not None:
+            if not renamed and sql is not self._backend.home_sql:
+                await self._find_home(operation)
             sql = renamed.get(sql, sql)
             if via is not None:
                 via = _renaming(via, renamed)

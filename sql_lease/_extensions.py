@@ -159,7 +159,7 @@ class SqlExtensions(CoalescedCalls):
         if self._closed:
             raise LeaseClosedError("guard")
         if self._renames == {}:  # the statements do not name the table's schema yet
-            await self._find_home()
+            await self._find_home("guard")
         await guard(self._sql, self._backend, conn, key, fence)
 
     async def now(self) -> datetime:

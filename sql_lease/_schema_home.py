@@ -22,11 +22,9 @@ from typing import Any, Final
 from .catalogue import WRITE_KINDS, Catalogue, Statement
 from .errors import LeaseSchemaError
 
-__all__ = ["FIND_HOME", "home_of", "renames"]
+__all__ = ["home_of", "renames"]
 
 _PLAIN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-#: The operation name of the statement that finds the table's schema.
-FIND_HOME: Final = "find_schema"
 
 
 def renames(old: Catalogue, new: Catalogue) -> dict[str, str]:
@@ -46,19 +44,20 @@ def renames(old: Catalogue, new: Catalogue) -> dict[str, str]:
     return dict(pairs)
 
 
-def home_of(rows: Sequence[Sequence[Any]], table_name: str) -> str:
-    """The schema `Backend.home_sql` found, or `LeaseSchemaError` when it found none."""
+def home_of(rows: Sequence[Sequence[Any]], table_name: str, operation: str) -> str:
+    """The schema `Backend.home_sql` found, or `LeaseSchemaError` when it found none (for
+    the caller's ``operation``, whose first statement it precedes)."""
     if not rows:
         raise LeaseSchemaError(
             f"no table {table_name!r} in any schema of the database's default search_path"
             " (a temporary table does not count): run `sql-lease migrate`, or pass schema=",
-            operation=FIND_HOME,
+            operation=operation,
         )
     home: str = rows[0][0]
     if not _PLAIN.fullmatch(home):
         raise LeaseSchemaError(
             f"table {table_name!r} was found in schema {home!r}, which is not a plain"
             " identifier: pass schema= explicitly",
-            operation=FIND_HOME,
+            operation=operation,
         )
     return home

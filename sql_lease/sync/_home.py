@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from .._schema_home import FIND_HOME, home_of, renames
+from .._schema_home import home_of, renames
 from ..backends import Backend, SyncExecutor
 from ._catalogue import Statements, statements_of
 
@@ -29,9 +29,9 @@ class SyncHome:
         )
         self._home_lock = threading.Lock()
 
-    def _renamed(self, sql: str) -> str:
+    def _renamed(self, sql: str, operation: str) -> str:
         """``sql`` as the catalogue names it once the table's schema is known (found now if
-        it is not yet: one statement, `Backend.home_sql`)."""
+        it is not yet, as part of ``operation``: one statement, `Backend.home_sql`)."""
         renamed = self._renames
         if renamed is None:
             return sql
@@ -39,13 +39,13 @@ class SyncHome:
             with self._home_lock:
                 if not renamed:
                     rows = self._exec.run(
-                        FIND_HOME,
+                        operation,
                         False,
                         self._backend.home_sql or "",
                         (self._table_name,),
                         self._timeout,
                     )
-                    home = home_of(rows, self._table_name)
+                    home = home_of(rows, self._table_name, operation)
                     new = statements_of(self._backend.catalogue(self._table_name, None, home))
                     renamed.update(renames(self._sql.catalogue, new.catalogue))
                     self._sql = new

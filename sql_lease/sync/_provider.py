@@ -237,7 +237,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome):
         if self._closed:
             raise LeaseClosedError(operation)
         if self._renames is not None:
-            sql = self._renamed(sql)
+            sql = self._renamed(sql, operation)
         return self._exec.run(
             operation, write, sql, args, self._timeout if seconds is None else seconds
         )
@@ -414,5 +414,5 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome):
         """
         if self._closed:
             raise LeaseClosedError("guard")
-        self._renamed("")  # the statements name the table's schema from now on
+        self._renamed("", "guard")  # the statements name the table's schema from now on
         guard(conn, self._sql.table, key, fence)
