@@ -211,9 +211,10 @@ def _home(table: str, schema: str | None) -> str:
 
 
 def _in_home(table: str, schema: str | None, statements: list[str]) -> None:
-    """Run ``statements`` (``format`` strings over ``home``) in one DO block, ``home`` being
-    the table's schema; ``@home@`` in a statement stands for it quoted (``%%`` because
-    `sa.DDL` formats its text with ``%``)."""
+    """Run ``statements`` in one DO block, ``home`` being the table's schema: ``@home@`` in a
+    statement stands for it, quoted (``%%`` because `sa.DDL` formats its text with ``%``).
+    The library names only plain identifiers (a schema found for an unqualified table too), so
+    another home is refused here rather than written into the functions."""
     body = "".join(
         f"EXECUTE pg_catalog.replace({_literal(s)}, '@home@', {_QUOTED_HOME});\n"
         for s in statements
@@ -222,7 +223,10 @@ def _in_home(table: str, schema: str | None, statements: list[str]) -> None:
         sa.DDL(
             f"DO $do$ DECLARE home text := {_home(table, schema)}; BEGIN\n"
             "IF home IS NULL THEN RAISE EXCEPTION 'sql_lease: no table %, run the earlier"
-            f" revisions first', {_literal(table)}; END IF;\n{body}END $do$".replace("%", "%%")
+            f" revisions first', {_literal(table)}; END IF;\n"
+            "IF home OPERATOR(pg_catalog.!~) '^[A-Za-z_][A-Za-z0-9_]*$' THEN RAISE EXCEPTION"
+            " 'sql_lease: the table is in schema %, not a plain identifier: move it', home;"
+            f" END IF;\n{body}END $do$".replace("%", "%%")
         )
     )
 
