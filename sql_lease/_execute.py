@@ -14,6 +14,7 @@ from ._connections import Connections
 from ._dberrors import CONNECTION, DROP, Failure
 from ._deadlines import Deadlines
 from ._forks import ForkAware
+from ._schema_home import home_of, renames
 from .backends import Backend, Fetch
 from .catalogue import Catalogue
 from .errors import LeaseDatabaseError, LeaseError
@@ -41,6 +42,30 @@ class StatementRunner(ForkAware):
     _cleanup_tasks: set[asyncio.Task[None]]
     _engine: AsyncEngine
     _owns_engine: bool
+
+    _table_name: str
+    #: None when the catalogue names its schema; else old -> new statement texts, empty
+    #: until the table's schema is found (`_schema_home`).
+    _renames: dict[str, str] | None
+    _home_lock: asyncio.Lock | None = None
+
+    async def _find_home(self, operation: str) -> None:
+        """Find the table's schema (once: `_schema_home`) and name it in every statement.
+
+        Runs as part of the caller's ``operation`` (its errors name it; observers see only
+        that operation)."""
+        renamed = self._renames
+        if self._home_lock is None:
+            self._home_lock = asyncio.Lock()
+        async with self._home_lock:
+            if renamed is None or renamed:
+                return
+            home_sql = self._backend.home_sql or ""
+            rows = await self._run(operation, False, home_sql, (self._table_name,), None, True)
+            home = home_of(rows, self._table_name, operation)
+            new = self._backend.catalogue(self._table_name, None, home)
+            renamed.update(renames(self._sql, new))
+            self._sql = new
 
     _loops_seen: int = 1
 
@@ -90,6 +115,13 @@ class StatementRunner(ForkAware):
                 operation,
                 self._run(operation, write, sql, args, seconds, True, via),
             )
+        renamed = self._renames
+        if renamed is not None:
+            if not renamed and sql is not self._backend.home_sql:
+                await self._find_home(operation)
+            sql = renamed.get(sql, sql)
+            if via is not None:
+                via = _renaming(via, renamed)
         deadlines = self._deadlines
         task = deadlines.start(self._timeout if seconds is None else seconds)
         if deadlines.loops != self._loops_seen:
@@ -175,3 +207,12 @@ class StatementRunner(ForkAware):
             await self._backend.settle(fairy)
         finally:
             await self._connections.drop(fairy)
+
+
+def _renaming(via: Via, renamed: dict[str, str]) -> Via:
+    """``via`` sending the statement texts of the catalogue as it is now."""
+
+    def run(fetch: Fetch) -> Awaitable[Any]:
+        return via(lambda sql, *args: fetch(renamed.get(sql, sql), *args))
+
+    return run

@@ -4,7 +4,10 @@
 for the names that depend on the table, its parameters in order with their PostgreSQL types, and
 its result columns. A client renders a statement by replacing the placeholders:
 
-- ``{table}``: the quoted, optionally schema-qualified table (``"leases"``, ``"s"."leases"``);
+- ``{table}``: the quoted, schema-qualified table (``"s"."leases"``): with no schema configured,
+  the schema that ``find_schema`` (run once, on the first connection) answers, as the Python
+  provider does, never the bare name (a temporary table or a session's ``search_path`` would
+  otherwise decide which table a statement touches);
 - ``{fence_sequence}``: the quoted, optionally schema-qualified sequence of ``naming``;
 - ``{channel}``: the LISTEN/NOTIFY channel of ``naming`` (it appears inside a string literal).
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
-from .backends.postgres.catalogue import build_catalogue
+from .backends.postgres.catalogue import HOME_SQL, build_catalogue
 from .catalogue import Statement
 from .schema import DEFAULT_TABLE
 
@@ -172,7 +175,7 @@ def export_catalogue() -> dict[str, object]:
         "format": FORMAT,
         "dialect": "postgresql",
         "placeholders": {
-            "table": 'quoted table, schema-qualified when a schema is set: "s"."t"',
+            "table": 'quoted table, schema-qualified: "s"."t" (no schema set: find_schema\'s)',
             "fence_sequence": "quoted sequence {table_name}_fence_seq, qualified like the table",
             "channel": "the notify channel (inside a string literal)",
         },
@@ -188,4 +191,12 @@ def export_catalogue() -> dict[str, object]:
         "limits": {"max_name_bytes": MAX_NAME_BYTES, "max_ttl_ms": MAX_TTL_MS, "min_ttl_ms": 1},
         "encoding": "keys and owners are the UTF-8 bytes of the string (bytea)",
         "statements": statements,
+        "find_schema": {
+            "sql": HOME_SQL,
+            "params": [{"name": "table_name", "type": "text"}],
+            "columns": [{"name": "home", "type": "text"}],
+            "rows": "The schema to qualify {table} and {fence_sequence} with when none is set:"
+            " the first of the session's default search_path holding the table (never a"
+            " temporary schema). No row: the table is missing (run the migrations).",
+        },
     }

@@ -158,6 +158,8 @@ class SqlExtensions(CoalescedCalls):
         """
         if self._closed:
             raise self._closed_error("guard")
+        if self._renames == {}:  # the statements do not name the table's schema yet
+            await self._find_home("guard")
         await guard(self._sql, self._backend, conn, key, fence)
 
     async def now(self) -> datetime:

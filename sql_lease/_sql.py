@@ -85,6 +85,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         self._table_name = table_name
         self._schema = schema
         self._sql = backend.catalogue(table_name, schema)
+        #: Without a schema, the table's is found before the first statement (`_schema_home`).
+        self._renames = {} if schema is None and backend.has_schemas else None
         self._init_coalescing(mode)
         self._where = redact(engine.url)
         self._connections = Connections(

@@ -77,6 +77,9 @@ class Backend(Protocol):
     title: str
     #: Whether tables live in schemas (``schema=`` is refused when not).
     has_schemas: bool
+    #: With schemas: the one statement that finds where an unqualified table lives ($1: its
+    #: name; rows: the schema), under the session's default search path (`_schema_home`).
+    home_sql: str | None
     #: The URL schemes (SQLAlchemy driver names) ``from_url`` takes for this database.
     url_schemes: frozenset[str]
     #: A URL of this database, for messages.
@@ -94,8 +97,9 @@ class Backend(Protocol):
         create for ``table_name`` on this database (none: an empty set)."""
         ...
 
-    def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
-        """Every statement for ``table_name`` (already validated), built once."""
+    def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
+        """Every statement for ``table_name`` (already validated), built once; ``home`` is
+        the schema found for it when ``schema`` is None (`_schema_home`)."""
         ...
 
     def classify(self, exc: BaseException) -> Failure:

@@ -29,13 +29,14 @@ from .._validate import (
     check_prefix,
     check_ttl,
 )
-from ..backends import SyncExecutor
+from ..backends import Backend, SyncExecutor
 from ..capabilities import Renewal
 from ..catalogue import decode_list_live, label, name_of
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
 from ._connect import engine_target, parse
 from ._guard import guard
+from ._home import SyncHome
 from ._lifecycle import SyncLifecycle
 from ._wait import POLL_S
 
@@ -52,7 +53,7 @@ _wait_logger = logging.getLogger("sql_lease.wait")
 Executor = SyncExecutor
 
 
-class SqlLeaseProvider(SyncLifecycle, ForkAware):
+class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
     """Leases in PostgreSQL (psycopg 3) or SQLite (`sqlite3`), for threads; blocking calls.
 
     Takes a caller's SQLAlchemy `Engine` (``postgresql+psycopg`` or ``sqlite``), which it never
@@ -77,7 +78,7 @@ class SqlLeaseProvider(SyncLifecycle, ForkAware):
         executor = backend.sync_engine_executor(
             engine, sql.table, where=redact(engine.url), timeout=seconds
         )
-        self._setup(executor, sql, table_name, schema, seconds, engine)
+        self._setup(executor, sql, table_name, schema, seconds, engine, backend)
 
     @classmethod
     def from_url(
@@ -138,7 +139,7 @@ class SqlLeaseProvider(SyncLifecycle, ForkAware):
                 "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
             )
         provider = cls.__new__(cls)
-        provider._setup(executor, sql, table_name, schema, seconds, None)
+        provider._setup(executor, sql, table_name, schema, seconds, None, target.backend)
         return provider
 
     def _setup(
@@ -149,9 +150,11 @@ class SqlLeaseProvider(SyncLifecycle, ForkAware):
         schema: str | None,
         timeout: float,
         engine: Engine | None,
+        backend: Backend,
     ) -> None:
         self._exec = executor
         self._sql = sql
+        self._init_home(backend, schema)
         self._table_name = table_name
         self._schema = schema
         self._timeout = timeout
@@ -235,6 +238,8 @@ class SqlLeaseProvider(SyncLifecycle, ForkAware):
     ) -> list[tuple[Any, ...]]:
         if self._closed:
             raise self._closed_error(operation)
+        if self._renames is not None:
+            sql = self._renamed(sql, operation)
         return self._exec.run(
             operation, write, sql, args, self._timeout if seconds is None else seconds
         )
@@ -411,4 +416,5 @@ class SqlLeaseProvider(SyncLifecycle, ForkAware):
         """
         if self._closed:
             raise self._closed_error("guard")
+        self._renamed("", "guard")  # the statements name the table's schema from now on
         guard(conn, self._sql.table, key, fence)

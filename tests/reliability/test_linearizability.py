@@ -336,7 +336,7 @@ def test_histories_of_coalesced_calls_are_linearizable(
 
 # -- the checker catches real providers that break the contract ------------------------------
 
-LIVE = " AND expires_at > clock_timestamp()"
+LIVE = " AND expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp()"
 MUTANTS = {
     "renew ignores expiry": "renew",
     "get_lease_owner ignores expiry": "get_owner",
@@ -350,7 +350,8 @@ async def test_checker_catches_a_provider_that_ignores_expiry(
     """A provider whose statement forgets the liveness condition yields histories the checker
     rejects: the search is strong enough for the bugs it exists to catch."""
     field = MUTANTS[mutant]
-    provider = SqlLeaseProvider.from_url(database_url, timeout=10)
+    # schema= given: the catalogue is final from the start (none is found and rebuilt later).
+    provider = SqlLeaseProvider.from_url(database_url, timeout=10, schema="public")
     statement = getattr(provider._sql, field)
     assert LIVE in statement.sql, f"the {field} statement changed: update this mutant"
     mutant_statement = replace(statement, sql=statement.sql.replace(LIVE, ""))

@@ -195,7 +195,8 @@ def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
 
     sql = build_statements("my_leases", "coord")
     assert sql.table == '"coord"."my_leases"'
-    assert 'nextval(\'"coord"."my_leases_fence_seq"\')' in sql.acquire
+    sequence = '"coord"."my_leases_fence_seq"'
+    assert f"pg_catalog.nextval('{sequence}'::pg_catalog.regclass)" in sql.acquire
     for text in (sql.acquire, sql.renew, sql.release, sql.transfer, sql.get_owner, sql.get_lease):
         assert "$1" in text
         assert "now()" not in text.lower().replace("clock_timestamp()", "")

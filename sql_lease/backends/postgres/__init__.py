@@ -32,7 +32,7 @@ from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
 from .. import Adaptor, Fetch, SyncExecutor
 from . import driver, errors, functions, urls
-from .catalogue import build_catalogue
+from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
 
 __all__ = ["BACKEND", "PostgresBackend"]
@@ -55,9 +55,11 @@ class PostgresBackend:
     def extra_tables(self, table_name: str) -> frozenset[str]:
         return frozenset()  # the fence is a sequence, which autogenerate does not compare
 
-    def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
-        functions.register(table_name, schema)  # the calls pooler mode sends instead
-        return build_catalogue(table_name, schema)
+    home_sql: Final = HOME_SQL
+
+    def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
+        functions.register(table_name, schema, home)  # the calls pooler mode sends instead
+        return build_catalogue(table_name, schema, home)
 
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)

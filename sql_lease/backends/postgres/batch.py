@@ -29,14 +29,19 @@ from dataclasses import dataclass
 from functools import cache
 
 from ...catalogue import WRITE_COLUMNS, WRITE_KINDS, Batch, Batches
+from .sqlnames import BYTEA, EQ, GT, LE, NOW, TEXT, add_millis, notify, unnest
 
 __all__ = ["build_batches"]
 
-_LIVE = "l.expires_at > clock_timestamp()"
+_LIVE = f"l.expires_at {GT} {NOW}"
 _LOCK_WAIT_PARAM = "$lock_wait"  # replaced by the number of the last parameter
 #: The session's own lock_timeout in milliseconds, NULL when it has none (0).
+_SESSION_MS = (
+    "(EXTRACT(epoch FROM pg_catalog.current_setting('lock_timeout')::interval)"
+    " OPERATOR(pg_catalog.*) 1000::numeric)"
+)
 _SESSION_LOCK_WAIT = (
-    "NULLIF(extract(epoch FROM current_setting('lock_timeout')::interval) * 1000, 0)"
+    f"CASE WHEN {_SESSION_MS} OPERATOR(pg_catalog.>) 0::numeric THEN {_SESSION_MS} END"
 )
 
 
@@ -64,24 +69,23 @@ def _input(p: _Params, columns: str) -> str:
     """The calls of one kind as rows, ``i``; as the first row comes out (an InitPlan,
     evaluated once) the lock wait becomes the batch's last parameter, or the session's own
     when that is shorter."""
-    arrays = ", ".join(p.array(n) for n in range(len(p.types)))
-    wait = f"LEAST({_LOCK_WAIT_PARAM}::int, {_SESSION_LOCK_WAIT})::int::text"
-    locks = f"(SELECT set_config('lock_timeout', {wait}, true)) IS NOT NULL"
-    return f"(SELECT * FROM unnest({arrays}) AS u({columns}) WHERE {locks}) AS i"
+    arrays = [p.array(n) for n in range(len(p.types))]
+    wait = f"LEAST({_LOCK_WAIT_PARAM}::int, {_SESSION_LOCK_WAIT})::int::{TEXT}"
+    locks = f"(SELECT pg_catalog.set_config('lock_timeout', {wait}, true)) IS NOT NULL"
+    return f"(SELECT * FROM {unnest(*arrays)} AS u({columns}) WHERE {locks}) AS i"
 
 
 def _expiry(ttl: str) -> str:
-    return f"clock_timestamp() + {ttl} * interval '1 millisecond'"
+    return add_millis(ttl)
 
 
 def _write_parts(table: str, nextval: str, channel: str) -> tuple[_Part, ...]:
     """Per write kind (in `WRITE_KINDS` order): its arrays' types, and its CTEs and result
     SELECT given the number of the parameter before its first array and the kind's index."""
     notified = (
-        "(CASE WHEN l.wanted_until > clock_timestamp() THEN "
-        f"pg_notify('{channel}', encode(l.key, 'hex'))::text END) IS NOT NULL"
+        f"(CASE WHEN l.wanted_until {GT} {NOW} THEN {notify(channel, 'l.key')} END) IS NOT NULL"
     )
-    mine_live = f"l.owner = i.owner AND {_LIVE}"
+    mine_live = f"l.owner {EQ} i.owner AND {_LIVE}"
 
     def acquire(p: _Params, kind: int) -> tuple[str, str]:
         # As the one-row acquire: `cur` reads the batch's rows in the statement's snapshot;
@@ -92,26 +96,26 @@ a_i AS MATERIALIZED (
     SELECT * FROM {_input(p, "key, owner, ttl")}
 ), a_cur AS MATERIALIZED (
     SELECT l.key, l.owner, l.fence, l.expires_at, {_LIVE} AS live
-    FROM {table} AS l WHERE l.key = ANY({p.array(0)})
+    FROM {table} AS l WHERE l.key {EQ} ANY({p.array(0)})
 ), a_ins AS (
     INSERT INTO {table} AS l (key, owner, fence, expires_at, acquired_at)
-    SELECT i.key, i.owner, {nextval}, {_expiry("i.ttl")}, clock_timestamp()
-    FROM a_i AS i WHERE NOT EXISTS (SELECT FROM a_cur AS cur WHERE cur.key = i.key)
+    SELECT i.key, i.owner, {nextval}, {_expiry("i.ttl")}, {NOW}
+    FROM a_i AS i WHERE NOT EXISTS (SELECT FROM a_cur AS cur WHERE cur.key {EQ} i.key)
     ON CONFLICT (key) DO NOTHING
     RETURNING l.key, l.fence, l.expires_at
 ), a_upd AS (
     UPDATE {table} AS l SET
         owner = i.owner,
         fence = CASE WHEN {mine_live} THEN l.fence ELSE {nextval} END,
-        acquired_at = CASE WHEN {mine_live} THEN l.acquired_at ELSE clock_timestamp() END,
+        acquired_at = CASE WHEN {mine_live} THEN l.acquired_at ELSE {NOW} END,
         expires_at = {_expiry("i.ttl")}
-    FROM a_i AS i JOIN a_cur AS cur ON cur.key = i.key
-    WHERE (cur.owner = i.owner OR NOT cur.live)
-      AND l.key = i.key AND (l.owner = i.owner OR l.expires_at <= clock_timestamp())
+    FROM a_i AS i JOIN a_cur AS cur ON cur.key {EQ} i.key
+    WHERE (cur.owner {EQ} i.owner OR NOT cur.live)
+      AND l.key {EQ} i.key AND (l.owner {EQ} i.owner OR l.expires_at {LE} {NOW})
     RETURNING l.key, l.fence, l.expires_at
 )"""
         select = f"""
-SELECT {kind}, key, true, fence, expires_at, NULL::bytea, NULL::bool FROM a_ins
+SELECT {kind}, key, true, fence, expires_at, NULL::{BYTEA}, NULL::boolean FROM a_ins
 UNION ALL SELECT {kind}, key, true, fence, expires_at, NULL, NULL FROM a_upd
 UNION ALL SELECT {kind}, key, false, fence, expires_at, owner, NULL FROM a_cur WHERE live"""
         return ctes, select
@@ -121,17 +125,17 @@ UNION ALL SELECT {kind}, key, false, fence, expires_at, owner, NULL FROM a_cur W
 r_upd AS (
     UPDATE {table} AS l SET expires_at = {_expiry("i.ttl")}
     FROM {_input(p, "key, owner, ttl")}
-    WHERE l.key = i.key AND l.owner = i.owner AND {_LIVE}
+    WHERE l.key {EQ} i.key AND l.owner {EQ} i.owner AND {_LIVE}
     RETURNING l.key, l.fence, l.expires_at
 )"""
-        return ctes, _returned(kind, "r_upd", "NULL::bool")
+        return ctes, _returned(kind, "r_upd", "NULL::boolean")
 
     def release(p: _Params, kind: int) -> tuple[str, str]:
         ctes = f"""
 e_upd AS (
-    UPDATE {table} AS l SET expires_at = clock_timestamp()
+    UPDATE {table} AS l SET expires_at = {NOW}
     FROM {_input(p, "key, owner")}
-    WHERE l.key = i.key AND l.owner = i.owner AND {_LIVE}
+    WHERE l.key {EQ} i.key AND l.owner {EQ} i.owner AND {_LIVE}
     RETURNING l.key, l.fence, l.expires_at, {notified} AS notified
 )"""
         return ctes, _returned(kind, "e_upd", "notified")
@@ -141,30 +145,29 @@ e_upd AS (
 t_upd AS (
     UPDATE {table} AS l SET
         owner = i.to_owner,
-        fence = CASE WHEN l.owner = i.to_owner THEN l.fence ELSE {nextval} END,
-        acquired_at = CASE WHEN l.owner = i.to_owner THEN l.acquired_at
-            ELSE clock_timestamp() END,
+        fence = CASE WHEN l.owner {EQ} i.to_owner THEN l.fence ELSE {nextval} END,
+        acquired_at = CASE WHEN l.owner {EQ} i.to_owner THEN l.acquired_at
+            ELSE {NOW} END,
         expires_at = {_expiry("i.ttl")}
     FROM {_input(p, "key, from_owner, to_owner, ttl")}
-    WHERE l.key = i.key AND l.owner = i.from_owner AND {_LIVE}
+    WHERE l.key {EQ} i.key AND l.owner {EQ} i.from_owner AND {_LIVE}
     RETURNING l.key, l.fence, l.expires_at, {notified} AS notified
 )"""
         return ctes, _returned(kind, "t_upd", "notified")
 
-    kot = ("bytea", "bytea", "bigint")
+    kot = (BYTEA, BYTEA, "bigint")
     return (
         _Part(("keys", "owners", "ttl_ms"), kot, acquire),
         _Part(("keys", "owners", "ttl_ms"), kot, renew),
-        _Part(("keys", "owners"), ("bytea", "bytea"), release),
-        _Part(
-            ("keys", "from_owners", "to_owners", "ttl_ms"), ("bytea",) * 3 + ("bigint",), transfer
-        ),
+        _Part(("keys", "owners"), (BYTEA, BYTEA), release),
+        _Part(("keys", "from_owners", "to_owners", "ttl_ms"), (BYTEA,) * 3 + ("bigint",), transfer),
     )
 
 
 def _returned(kind: int, cte: str, notified: str) -> str:
     return (
-        f"\nSELECT {kind}, key, NULL::bool, fence, expires_at, NULL::bytea, {notified} FROM {cte}"
+        f"\nSELECT {kind}, key, NULL::boolean, fence, expires_at, NULL::{BYTEA}, {notified}"
+        f" FROM {cte}"
     )
 
 
@@ -193,7 +196,7 @@ def build_batches(table: str, nextval: str, channel: str) -> Batches:
 
     read = f"""
 SELECT l.key, l.owner, l.fence, l.expires_at, l.acquired_at FROM {table} AS l
-WHERE l.key = ANY($1::bytea[]) AND {_LIVE}
+WHERE l.key {EQ} ANY($1::{BYTEA}[]) AND {_LIVE}
 """.strip()
     return Batches(
         writes=writes,

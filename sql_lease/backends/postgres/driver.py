@@ -96,7 +96,8 @@ def _unique_statement_name() -> str:
 
 
 _TIMEOUTS_SQL: Final = (
-    "SELECT current_user, current_setting('statement_timeout'), current_setting('lock_timeout')"
+    "SELECT current_user, pg_catalog.current_setting('statement_timeout'),"
+    " pg_catalog.current_setting('lock_timeout')"
 )
 
 

@@ -1,11 +1,13 @@
 """Server-side functions for pooler mode: each hot statement as a call of a plpgsql function.
 
 Behind a transaction pooler no named prepared statement may be used, so every plain statement
-is parsed and planned again by the server on every call. Migration 0005 creates, per lease
+is parsed and planned again by the server on every call. Migration 0005 created, per lease
 table, one plpgsql function per hot statement whose body is ``RETURN QUERY <the catalogue's
-statement>`` (``SECURITY INVOKER``, ``SET search_path`` to the table's schema): plpgsql keeps
-the plan per server session, and the session lives on behind the pooler. A call names no
-protocol-level object, so it can never run as another statement on another connection.
+statement>``; 0006 replaced their bodies with the fully qualified statements and pinned
+``SET search_path = pg_catalog, pg_temp`` (``SECURITY INVOKER``): plpgsql keeps the plan per
+server session, and the session lives on behind the pooler. A call names no protocol-level
+object, so it can never run as another statement on another connection; it names the
+function's schema, so no session's search path can make it miss or reach a look-alike.
 
 Plain data, no I/O: `routines` lists the functions of a table (what the migration must have
 created: the drift tests compare), `register` records, for a table, the call that replaces each
@@ -85,9 +87,12 @@ def _params(first: int, count: int) -> list[str]:
 
 
 @cache
-def routines(table_name: str, schema: str | None = None) -> tuple[Routine, ...]:
-    """The functions migration 0005 creates for ``schema.table_name``."""
-    return _routines(build_catalogue(table_name, schema), table_name)
+def routines(
+    table_name: str, schema: str | None = None, home: str | None = None
+) -> tuple[Routine, ...]:
+    """The functions migration 0006 creates for ``schema.table_name`` (``home``: the schema
+    the table was found in when ``schema`` is None, as `build_catalogue` takes it)."""
+    return _routines(build_catalogue(table_name, schema, home), table_name)
 
 
 def _batches(cat: Catalogue) -> Batches:
@@ -115,11 +120,17 @@ _CALLS: dict[str, str] = {}
 
 
 @cache
-def register(table_name: str, schema: str | None = None) -> None:
-    """Record the function call that replaces each hot statement of ``schema.table_name``."""
-    cat = build_catalogue(table_name, schema)
-    for routine in routines(table_name, schema):
-        _CALLS[routine.statement] = _call(routine.name, schema, _params(0, len(routine.arguments)))
+def register(table_name: str, schema: str | None = None, home: str | None = None) -> None:
+    """Record the function call that replaces each hot statement of ``schema.table_name``
+    (or of the table found in ``home``). Calls always name the schema, so that no session's
+    search path can make one miss (and fall back) or reach another function: a catalogue
+    whose table has no schema yet registers nothing (its texts are never sent)."""
+    where = schema if schema is not None else home
+    if where is None:
+        return
+    cat = build_catalogue(table_name, schema, home)
+    for routine in routines(table_name, schema, home):
+        _CALLS[routine.statement] = _call(routine.name, where, _params(0, len(routine.arguments)))
     widths = [len(arrays) for _, arrays in _BATCH_KINDS]
     for mask in range(1, 1 << len(widths)):
         kinds = tuple(k for k in range(len(widths)) if mask >> k & 1)
@@ -129,7 +140,7 @@ def register(table_name: str, schema: str | None = None) -> None:
         calls, before = [], 0
         for kind in kinds:
             name = f"{table_name}_batch_{_BATCH_KINDS[kind][0]}"
-            calls.append(_call(name, schema, [*_params(before, widths[kind]), wait]))
+            calls.append(_call(name, where, [*_params(before, widths[kind]), wait]))
             before += widths[kind]
         _CALLS[_batches(cat).writes(kinds).sql] = "\nUNION ALL ".join(calls)
 

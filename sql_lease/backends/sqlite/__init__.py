@@ -53,7 +53,9 @@ class SqliteBackend:
     def extra_tables(self, table_name: str) -> frozenset[str]:
         return frozenset({counter_table_name(table_name)})  # PostgreSQL's fence sequence
 
-    def catalogue(self, table_name: str, schema: str | None) -> Catalogue:
+    home_sql: Final = None
+
+    def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         return build_catalogue(table_name)
 
     def classify(self, exc: BaseException) -> Failure:
