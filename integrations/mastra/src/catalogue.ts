@@ -38,6 +38,16 @@ export type StatementName =
   | 'want'
   | 'now';
 
+/** A statement pooler mode sends as a call of the table's plpgsql function (migration 0005). */
+export interface CatalogueFunction {
+  /** The function's unquoted name; `{table_name}` stands for the table's. */
+  name: string;
+  /** Its argument types, in order (its signature). */
+  arguments: string[];
+  /** The call; `{function}` stands for the quoted function name qualified by the table's schema. */
+  call: string;
+}
+
 export interface Catalogue {
   format: number;
   dialect: string;
@@ -49,6 +59,7 @@ export interface Catalogue {
   };
   limits: { max_name_bytes: number; max_ttl_ms: number; min_ttl_ms: number };
   statements: Record<StatementName, CatalogueStatement>;
+  functions: Partial<Record<StatementName, CatalogueFunction>>;
 }
 
 /** The format of the export this package understands. */
@@ -79,12 +90,16 @@ export function notifyChannel(table: string, schema?: string): string {
   return 'sql_lease:' + createHash('sha1').update(name).digest('hex');
 }
 
-/** Render every statement for `schema.table` (names already validated). */
-export function buildStatements(table: string, schema?: string): Statements {
+/**
+ * Render every statement for `schema.table` (names already validated). `channelSchema`: the
+ * schema the notify channel is named with, when it differs (a table given without a schema
+ * whose schema was resolved later keeps its channel, `sql_lease:<table>`).
+ */
+export function buildStatements(table: string, schema?: string, channelSchema: string | undefined = schema): Statements {
   const prefix = schema === undefined ? '' : `${quoteIdent(schema)}.`;
   const qualified = prefix + quoteIdent(table);
   const sequence = prefix + quoteIdent(`${table}_fence_seq`);
-  const channel = notifyChannel(table, schema);
+  const channel = notifyChannel(table, channelSchema);
   const out: Partial<Record<StatementName, string>> = {};
   for (const [name, statement] of Object.entries(catalogue.statements) as [StatementName, CatalogueStatement][]) {
     out[name] = statement.sql

@@ -20,6 +20,7 @@ import type { Pool, PoolClient } from 'pg';
 
 import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './errors.js';
 import { render, timeoutPrefix, type Pooler } from './pooler.js';
+import type { ServerFunctions } from './server-functions.js';
 
 /** A statement's rows, each an array of column values in the catalogue's column order. */
 export type Row = unknown[];
@@ -31,6 +32,8 @@ export interface ExecutorOptions {
   table: string;
   /** The pool reaches PostgreSQL through a connection pooler (see pooler.ts). */
   pooler?: Pooler | undefined;
+  /** Behind a pooler: the lease statements sent as calls of the server functions (server-functions.ts). */
+  functions?: ServerFunctions | undefined;
 }
 
 /** The server-side statement and lock timeout, as a share of the client-side timeout. */
@@ -43,8 +46,10 @@ export class Executor {
   readonly #table: string;
   /** Behind a pooler: the `SET LOCAL` timeouts that start every query; else undefined. */
   readonly #prefix: string | undefined;
+  readonly #functions: ServerFunctions | undefined;
 
   constructor(options: ExecutorOptions) {
+    this.#functions = options.pooler === undefined ? undefined : options.functions;
     this.#pool = options.pool;
     this.#timeoutMs = options.timeoutMs;
     this.#where = options.where;
@@ -63,6 +68,37 @@ export class Executor {
    * per-statement path of every lease operation, and the benchmark holds it to raw `pg`.
    */
   run(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
+    const functions = this.#functions;
+    if (functions?.covers(text) === true) return this.#call(functions, operation, write, text, values, ms);
+    return this.#send(operation, write, text, values, ms);
+  }
+
+  /**
+   * `text` as its server function's call (or its plain form when the functions are missing),
+   * within the one deadline: the schema lookup of the first call included, and the plain text
+   * sent again only after `undefined_function` (nothing ran).
+   */
+  async #call(
+    functions: ServerFunctions,
+    operation: string,
+    write: boolean,
+    text: string,
+    values: unknown[],
+    ms?: number,
+  ): Promise<Row[]> {
+    const end = performance.now() + (ms ?? this.#timeoutMs);
+    const left = (): number => end - performance.now();
+    if (!functions.ready) await functions.resolve((sql, args) => this.#send(operation, false, sql, args, left()), operation);
+    const sent = functions.text(text);
+    try {
+      return await this.#send(operation, write, sent, values, left());
+    } catch (error) {
+      if (!functions.fallBack(sent, error)) throw error;
+      return this.#send(operation, write, functions.text(text), values, left());
+    }
+  }
+
+  #send(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
     const prefix = this.#prefix;
     let simple: string | undefined;
     try {

@@ -16,6 +16,7 @@ import { ContentionHints } from './contention.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, SERVER_SHARE, type Row } from './execute.js';
 import { checkPooler, type Pooler } from './pooler.js';
+import { ServerFunctions } from './server-functions.js';
 import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
 
 /** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
@@ -181,7 +182,9 @@ export class PostgresLeaseProvider {
     this.#table = table;
     this.#schema = schema;
     this.#sql = buildStatements(table, schema);
-    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: this.#sql.table, pooler });
+    // Behind a pooler the hot statements go as calls of the table's server functions.
+    const functions = pooler === undefined ? undefined : new ServerFunctions(table, schema);
+    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: this.#sql.table, pooler, functions });
   }
 
   /** The leases table's name. */
