@@ -100,12 +100,21 @@ const CONNECTION_CODES = new Set([
   'EHOSTUNREACH',
   'ENETUNREACH',
   'ENOENT', // a Unix socket that is not there
+  'SQL_LEASE_NOT_WRITABLE', // hosts.ts: a server target_session_attrs refused
 ]);
+// read_only_sql_transaction: the server is a standby or was demoted; the write was refused
+// before it applied. The connection is dropped so the next one finds the writable host.
+const READ_ONLY_STATE = '25006';
 
 /** The SQLSTATE of a server error (node-postgres puts it in `code`), else undefined. */
 export function sqlState(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/** True when the server refused a write because it is read-only (SQLSTATE 25006). */
+export function isReadOnly(error: unknown): boolean {
+  return sqlState(error) === READ_ONLY_STATE;
 }
 
 /** True when `error` says the connection failed, broke or was refused. */
@@ -153,6 +162,13 @@ export function translate(error: unknown, context: TranslateContext): LeaseError
           `${where} (${detail(error)}); apply the migrations to this database: ` +
           '`sql-lease migrate --url ...` (pip install "sql-lease[cli]") or `alembic upgrade head`',
         base,
+      );
+    }
+    if (state === READ_ONLY_STATE) {
+      return new LeaseConnectionError(
+        `${operation}: ${where} is read-only (a standby or a demoted primary), nothing was written ` +
+          `(${detail(error)}); list every host in the URL with target_session_attrs=read-write to reach the writable one`,
+        { ...base, outcomeUnknown: false },
       );
     }
     if (CONNECTION_PREFIXES.some((p) => state.startsWith(p))) {

@@ -18,7 +18,8 @@
 
 import type { Pool, PoolClient } from 'pg';
 
-import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './errors.js';
+import { LeaseTimeoutError, isConnectionFailure, isReadOnly, sqlState, translate } from './errors.js';
+import { connectRetries, serverReadOnly } from './hosts.js';
 import { render, timeoutPrefix, type Pooler } from './pooler.js';
 import type { ServerFunctions } from './server-functions.js';
 
@@ -147,6 +148,14 @@ export class Executor {
             resolve(last.rows);
             return;
           }
+          if (isReadOnly(error)) {
+            // The server turned read-only: drop the connection, so the next call reconnects
+            // (to the writable host of a host list). Refused: nothing was written.
+            serverReadOnly(client);
+            client.release(error);
+            sent = false;
+            return fail(error);
+          }
           if (sqlState(error) !== undefined && !isConnectionFailure(error)) {
             client.release();
             return fail(error);
@@ -169,7 +178,8 @@ export class Executor {
           }
           if (error || client === undefined) {
             // Nothing was sent yet: one more try on a fresh connection is safe.
-            if (n === 0 && isConnectionFailure(error)) return checkout(++attempt);
+            // With a host list, once per host (hosts.ts moves on to the next at each failure).
+            if (n < connectRetries(this.#pool) && isConnectionFailure(error)) return checkout(++attempt);
             return fail(error ?? new Error('the pool gave no connection'));
           }
           query(client);

@@ -17,6 +17,7 @@ import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, SERVER_SHARE, type Row } from './execute.js';
 import { checkPooler, type Pooler } from './pooler.js';
 import { ServerFunctions } from './server-functions.js';
+import { hostListClient, parseHostList, registerHosts } from './hosts.js';
 import { checkIdentifier, checkName, checkTimeout, checkTtl } from './validate.js';
 
 /** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
@@ -75,6 +76,8 @@ export interface ProviderOptions {
 /** Where a connection string points, without any password (for messages). */
 export function describeWhere(connectionString: string): string {
   try {
+    const hosts = parseHostList(connectionString);
+    if (hosts !== undefined) return hosts.where;
     const url = new URL(connectionString);
     const user = url.username ? `${decodeURIComponent(url.username)}@` : '';
     return `${url.protocol}//${user}${url.host}${url.pathname}`;
@@ -112,14 +115,17 @@ export function createPool(connectionString: string, timeoutMs: number, max: num
       super({ ...config, connectionTimeoutMillis: connectMs });
     }
   }
+  // A host list (or target_session_attrs), which node-postgres cannot read: see hosts.ts.
+  const hosts = parseHostList(connectionString);
   const pool = new pg.Pool({
-    connectionString,
+    connectionString: hosts?.urls[0] ?? connectionString,
     max,
     ...(pooler === undefined ? { statement_timeout: serverMs, lock_timeout: serverMs } : {}),
     application_name: 'sql_lease_mastra',
     allowExitOnIdle: true,
-    Client: TimedClient,
+    Client: hosts === undefined ? TimedClient : hostListClient(hosts, TimedClient),
   });
+  if (hosts !== undefined) registerHosts(pool, hosts.targets.length);
   // An idle connection that dies is dropped by the pool; without a listener the error would
   // crash the process.
   pool.on('error', () => undefined);
