@@ -179,13 +179,13 @@ export function hostListClient(list: HostList, Base: typeof pg.Client): typeof p
     override connect(): Promise<pg.Client>;
     override connect(callback: (err: Error | null, client?: pg.Client) => void): void;
     override connect(callback?: (err: Error | null, client?: pg.Client) => void): Promise<pg.Client> | undefined {
-      const done = this.#connect().then(() => this);
+      const done = this.#connectWritable().then(() => this);
       if (callback === undefined) return done;
       done.then(() => callback(null, this), (error: Error) => callback(error));
       return undefined;
     }
 
-    async #connect(): Promise<void> {
+    async #connectWritable(): Promise<void> {
       try {
         await super.connect();
       } catch (error) {

@@ -113,6 +113,10 @@ export function createPool(connectionString: string, timeoutMs: number, max: num
   class TimedClient extends pg.Client {
     constructor(config?: pg.ClientConfig) {
       super({ ...config, connectionTimeoutMillis: connectMs });
+      // node-postgres also emits 'error' on a checked-out client whose server went away (a
+      // failover, a restart), where the pool does not listen: without a listener that would
+      // end the process. The call in flight gets the same error through its own callback.
+      this.on('error', () => undefined);
     }
   }
   // A host list (or target_session_attrs), which node-postgres cannot read: see hosts.ts.
