@@ -37,6 +37,9 @@ export interface ExecutorOptions {
   functions?: ServerFunctions | undefined;
 }
 
+const guarded = new WeakSet<PoolClient>();
+const ignore = (): void => undefined;
+
 /** The server-side statement and lock timeout, as a share of the client-side timeout. */
 export const SERVER_SHARE = 0.8;
 
@@ -181,6 +184,13 @@ export class Executor {
             // With a host list, once per host (hosts.ts moves on to the next at each failure).
             if (n < connectRetries(this.#pool) && isConnectionFailure(error)) return checkout(++attempt);
             return fail(error ?? new Error('the pool gave no connection'));
+          }
+          if (!guarded.has(client)) {
+            // node-postgres emits 'error' on a checked-out client whose server went away, where
+            // a pool does not listen (a caller's pool too): unheard, it would end the process.
+            // This call hears the same failure through its query's callback.
+            client.on('error', ignore);
+            guarded.add(client);
           }
           query(client);
         });
