@@ -1,6 +1,6 @@
 /**
  * `npm run bench:pooler [-- --quick] [--rounds N] [--seconds S] [--clients 1,16,64]
- * [--pool-size N] [--out FILE]` (after `npm run build`): direct vs through PgBouncer, side by
+ * [--pool-size N] [--max-connections N] [--out FILE]` (after `npm run build`): direct vs through PgBouncer, side by
  * side (see pooler.ts). Prints a table and writes the figures as JSON (default
  * bench-pooler-results.json). Needs the `pgbouncer` binary and the test server
  * ($SQL_LEASE_TEST_DSN, trust authentication).
@@ -20,8 +20,9 @@ if (value('--rounds') !== undefined) options.rounds = Number(value('--rounds'));
 if (value('--seconds') !== undefined) options.seconds = Number(value('--seconds'));
 if (value('--clients') !== undefined) options.clients = value('--clients')!.split(',').map(Number);
 if (value('--pool-size') !== undefined) options.poolSize = Number(value('--pool-size'));
-for (const n of [options.rounds, options.seconds, options.poolSize, ...options.clients]) {
-  if (!(n > 0)) throw new Error('--rounds, --seconds, --clients and --pool-size take positive numbers');
+if (value('--max-connections') !== undefined) options.maxConnections = Number(value('--max-connections'));
+for (const n of [options.rounds, options.seconds, options.poolSize, options.maxConnections, ...options.clients]) {
+  if (!(n > 0)) throw new Error('--rounds, --seconds, --clients, --pool-size and --max-connections take positive numbers');
 }
 const out = value('--out') ?? 'bench-pooler-results.json';
 

@@ -12,8 +12,9 @@
  *
  * Cells, for each number of callers N: `lifecycle_cN` (each caller loops acquire -> renew ->
  * release on its own key; one op is the three calls) and `read_cN` (each caller loops
- * `getLeaseOwner` on a key it holds). Each provider has N connections; PgBouncer `poolSize`
- * server connections per database. Rounds alternate the variants (reversed every other round)
+ * `getLeaseOwner` on a key it holds). Each provider has min(N, `maxConnections`) connections
+ * (default 32: the shared test server allows 100 in all); PgBouncer `poolSize` server
+ * connections per database. A concurrency's providers are closed before the next one's open. Rounds alternate the variants (reversed every other round)
  * so a shared machine's noise hits them alike; a cell reports each variant's median ops/s
  * and its ratio to `direct`'s median.
  */
@@ -29,10 +30,12 @@ export interface PoolerBenchOptions {
   clients: number[];
   /** PgBouncer's server connections per database. */
   poolSize: number;
+  /** Connections of each provider's pool at most. */
+  maxConnections: number;
 }
 
-export const FULL: PoolerBenchOptions = { rounds: 3, seconds: 2, clients: [1, 16, 64], poolSize: 10 };
-export const QUICK: PoolerBenchOptions = { rounds: 1, seconds: 0.3, clients: [1, 16], poolSize: 10 };
+export const FULL: PoolerBenchOptions = { rounds: 3, seconds: 2, clients: [1, 16, 64], poolSize: 10, maxConnections: 32 };
+export const QUICK: PoolerBenchOptions = { rounds: 1, seconds: 0.3, clients: [1, 16], poolSize: 10, maxConnections: 32 };
 
 export const VARIANTS = ['direct', 'pgbouncer-tx', 'pgbouncer-tx-plain'] as const;
 export type Variant = (typeof VARIANTS)[number];
@@ -103,7 +106,7 @@ export async function runPoolerBench(options: PoolerBenchOptions): Promise<Poole
     let round = 0;
     for (const callers of options.clients) {
       const make = (variant: Variant): PostgresLeaseProvider => {
-        const base = { maxConnections: callers, timeoutMs: 10_000 };
+        const base = { maxConnections: Math.min(callers, options.maxConnections), timeoutMs: 10_000 };
         const p =
           variant === 'direct'
             ? new PostgresLeaseProvider({ connectionString: db.url }, base)
@@ -125,6 +128,7 @@ export async function runPoolerBench(options: PoolerBenchOptions): Promise<Poole
           VARIANTS.map((v) => [v, { opsPerSecond: median(samples[v]), xDirect: median(samples[v]) / direct, rounds: samples[v] }]),
         ) as Record<Variant, VariantResult>;
       }
+      await Promise.all(VARIANTS.map((v) => byVariant[v].close()));
     }
     return { options, node: process.version, cells };
   } finally {

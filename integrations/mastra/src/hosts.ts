@@ -215,6 +215,25 @@ export function hostListClient(list: HostList, Base: typeof pg.Client): typeof p
   return HostListClient;
 }
 
+const listClasses = new Map<string, typeof pg.Client>();
+
+/**
+ * A client of its own for `connectionString` (the PubSub's LISTEN connection): a host list's
+ * client class is kept per connection string, so each reconnect goes on from the host that
+ * last worked or the next one.
+ */
+export function newClient(connectionString: string, config: pg.ClientConfig): pg.Client {
+  const list = parseHostList(connectionString);
+  if (list === undefined) return new pg.Client({ ...config, connectionString });
+  let Client = listClasses.get(connectionString);
+  if (Client === undefined) {
+    if (listClasses.size >= 64) listClasses.clear();
+    Client = hostListClient(list, pg.Client);
+    listClasses.set(connectionString, Client);
+  }
+  return new Client(config);
+}
+
 /** Remember that `pool` spreads its connections over `hosts` hosts (the executor's tries). */
 export function registerHosts(pool: pg.Pool, hosts: number): void {
   attempts.set(pool, hosts);

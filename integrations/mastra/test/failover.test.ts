@@ -5,7 +5,9 @@
  * while the old primary is stopped and the standby promoted: every error during the switch is
  * a typed `LeaseError`, the provider works again on the promoted standby, fences never go
  * backwards (each key's, and every fence after the switch is above every fence before it), and
- * a lease granted before the switch is still there (nothing acknowledged was lost).
+ * a lease granted before the switch is still there (nothing acknowledged was lost). A PubSub on
+ * the same host list delivers an event published after the switch (its LISTEN connection
+ * reconnects to the promoted standby).
  */
 
 import assert from 'node:assert/strict';
@@ -13,8 +15,10 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface, type Interface } from 'node:readline';
 import { after, before, test } from 'node:test';
 
-import { LeaseConnectionError, LeaseError, PostgresLeaseProvider } from '../src/index.js';
-import { PACKAGE_DIR, PYTHON, REPO_DIR, sleep } from './helpers.js';
+import type { Event } from '@mastra/core/events';
+
+import { LeaseConnectionError, LeaseError, PostgresLeaseProvider, PostgresPubSub } from '../src/index.js';
+import { PACKAGE_DIR, PYTHON, REPO_DIR, sleep, until } from './helpers.js';
 
 interface Cluster {
   primary: number;
@@ -25,7 +29,7 @@ interface Cluster {
 let child: ChildProcessWithoutNullStreams;
 let lines: Interface;
 let cluster: Cluster;
-const open: PostgresLeaseProvider[] = [];
+const open: { close(): Promise<void> }[] = [];
 
 function nextLine(ms = 60_000): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -104,6 +108,13 @@ test('across stopping the primary and promoting the standby: typed errors, then 
   assert.equal(steady.acquired, true);
   const steadyFence = (await p.renew('steady', 'keeper', 600_000))?.fence;
   assert.ok(steadyFence !== undefined);
+  const got: Event[] = [];
+  const pubsub = new PostgresPubSub({ connectionString: cluster.url }, { timeoutMs: 2_000, pollIntervalMs: 500, cleanupIntervalMs: 0 });
+  open.push(pubsub);
+  await pubsub.subscribe('failover', async (event, ack) => {
+    got.push(event);
+    await ack?.();
+  });
   let switched = false;
   let stop = false;
   const workers: Worker[] = Array.from({ length: 4 }, (_, i) => ({ key: `hot-${i}`, fences: [], errors: [], successesAfter: 0 }));
@@ -156,6 +167,17 @@ test('across stopping the primary and promoting the standby: typed errors, then 
   const maxBefore = all.filter((f) => !f.afterSwitch).reduce((m, f) => (f.fence > m ? f.fence : m), 0n);
   const minAfter = all.filter((f) => f.afterSwitch).reduce((m, f) => (f.fence < m ? f.fence : m), maxBefore + (1n << 60n));
   assert.ok(minAfter > maxBefore, `a fence after the switch (${minAfter}) is not above every fence before it (${maxBefore})`);
+  // The PubSub publishes on the promoted standby and its subscriber hears of it.
+  await until('a publish after the switch', async () => {
+    try {
+      await pubsub.publish('failover', { type: 'after', runId: 'r', data: {} });
+      return true;
+    } catch (error) {
+      assert.ok(error instanceof LeaseError, String(error));
+      return false;
+    }
+  });
+  await until('the event published after the switch', () => got.some((e) => e.type === 'after'), 20_000);
   // Synchronous replication: the lease granted before the switch is on the promoted standby.
   const kept = await p.getLease('steady');
   assert.equal(kept?.owner, 'keeper');
