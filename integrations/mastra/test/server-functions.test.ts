@@ -45,11 +45,12 @@ async function database(tables?: { table?: string; schema?: string }[]): Promise
 }
 
 async function exercise(p: PostgresLeaseProvider, key = 'k'): Promise<void> {
-  const won = await p.acquireLease(key, 'a', 30_000);
-  assert.equal(won.acquired, true);
+  assert.equal((await p.acquireLease(key, 'a', 30_000)).acquired, true);
   assert.equal((await p.acquireLease(key, 'b', 30_000)).owner, 'a');
+  assert.equal((await p.acquireLease(key, 'b', 30_000)).owner, 'a'); // contended: the holder read
   assert.equal(await p.getLeaseOwner(key), 'a');
-  assert.equal((await p.getLease(key))?.fence, won.fence);
+  const fence = (await p.getLease(key))?.fence;
+  assert.equal((await p.renew(key, 'a', 30_000))?.fence, fence);
   assert.equal(await p.renewLease(key, 'a', 30_000), true);
   assert.equal(await p.transferLease(key, 'a', 'b', 30_000), true);
   await p.releaseLease(key, 'b');
@@ -79,7 +80,7 @@ test('every hot statement goes as a schema-qualified call with typed arguments',
     open.push(p);
     await exercise(p);
     const calls = sent.filter((q) => q.includes(`FROM "${home}"."${table}_`));
-    for (const name of ['acquire', 'get_owner', 'get_lease', 'renew', 'transfer', 'release']) {
+    for (const name of ['acquire', 'holder', 'get_owner', 'get_lease', 'renew', 'transfer', 'release']) {
       assert.ok(
         calls.some((q) => q.includes(`SELECT * FROM "${home}"."${table}_${name}"(`)),
         `no call of ${table}_${name}:\n${sent.join('\n')}`,
