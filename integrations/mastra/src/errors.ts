@@ -123,10 +123,10 @@ export function isConnectionFailure(error: unknown): boolean {
   if (state !== undefined) return CONNECTION_PREFIXES.some((p) => state.startsWith(p));
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && CONNECTION_CODES.has(code)) return true;
-  // node-postgres reports a dropped socket, a failed connect and a pool checkout timeout as
-  // plain Errors without a code.
+  // node-postgres reports a dropped socket, a failed connect, a connect timeout ('timeout
+  // expired') and a pool checkout timeout as plain Errors without a code.
   const message = error instanceof Error ? error.message : '';
-  return /connection|terminated|timeout exceeded when trying to connect|not queryable/i.test(message);
+  return /connection|terminated|timeout exceeded when trying to connect|^timeout expired$|not queryable/i.test(message);
 }
 
 function detail(error: unknown): string {

@@ -109,7 +109,10 @@ export function poolWhere(pool: Pool): string {
  */
 export function createPool(connectionString: string, timeoutMs: number, max: number, pooler?: Pooler): Pool {
   const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
-  const connectMs = Math.ceil(timeoutMs);
+  // A host list (or target_session_attrs), which node-postgres cannot read: see hosts.ts. Each
+  // host gets its share of the deadline to connect, so a silent one leaves time for the next.
+  const hosts = parseHostList(connectionString);
+  const connectMs = Math.ceil(timeoutMs / (hosts?.targets.length ?? 1));
   class TimedClient extends pg.Client {
     constructor(config?: pg.ClientConfig) {
       super({ ...config, connectionTimeoutMillis: connectMs });
@@ -119,8 +122,6 @@ export function createPool(connectionString: string, timeoutMs: number, max: num
       this.on('error', () => undefined);
     }
   }
-  // A host list (or target_session_attrs), which node-postgres cannot read: see hosts.ts.
-  const hosts = parseHostList(connectionString);
   const pool = new pg.Pool({
     connectionString: hosts?.urls[0] ?? connectionString,
     max,

@@ -7,6 +7,7 @@
  */
 
 import assert from 'node:assert/strict';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { after, before, test } from 'node:test';
 
 import pg from 'pg';
@@ -100,6 +101,26 @@ test('a host list with an unreachable first host reaches the second, and says wh
     });
   } finally {
     await nowhere.close();
+  }
+});
+
+test('a silent first host (accepts, never answers) takes only its share of the deadline', async () => {
+  const sockets: Socket[] = [];
+  const silent = createServer((socket) => sockets.push(socket)); // accepts, then says nothing
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  const port = (silent.address() as AddressInfo).port;
+  const server = new URL(SERVER);
+  const url = `postgresql://${server.username}@127.0.0.1:${port},${server.hostname}:${server.port || 5432}/${db.name}`;
+  const p = new PostgresLeaseProvider({ connectionString: url }, { timeoutMs: 3_000 });
+  try {
+    const started = performance.now();
+    assert.equal(await p.getLeaseOwner('silent'), undefined);
+    const took = performance.now() - started;
+    assert.ok(took >= 1_400 && took < 3_000, `${took} ms`); // 1.5 s on the silent host, then the next
+  } finally {
+    await p.close();
+    for (const socket of sockets) socket.destroy();
+    silent.close();
   }
 });
 
