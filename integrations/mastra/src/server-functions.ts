@@ -134,7 +134,7 @@ export class ServerFunctions {
       const f = catalogue.functions[name];
       if (f === undefined) continue;
       const qualified = `${quoteIdent(home)}.${quoteIdent(this.#name(f.name))}`;
-      const typed = f.call.replace(/\$(\d+)/g, (whole, n: string) => {
+      const typed = f.call.replace(/\$(\d+)(?!\d|::)/g, (whole, n: string) => {
         const type = f.arguments[Number(n) - 1];
         return type === undefined ? whole : `${whole}::${catalogType(type)}`;
       });
