@@ -16,6 +16,7 @@ import { createInterface, type Interface } from 'node:readline';
 import { after, before, test } from 'node:test';
 
 import type { Event } from '@mastra/core/events';
+import pg from 'pg';
 
 import { LeaseConnectionError, LeaseError, PostgresLeaseProvider, PostgresPubSub } from '../src/index.js';
 import { PACKAGE_DIR, PYTHON, REPO_DIR, sleep, until } from './helpers.js';
@@ -93,6 +94,46 @@ test('a standby alone refuses writes, typed; listed first with read-write, the p
   );
   assert.equal((await standbyFirst.acquireLease('probe', 'a', 30_000)).acquired, true);
   await standbyFirst.releaseLease('probe', 'a');
+});
+
+async function onPrimary(sql: string): Promise<void> {
+  // Set for this session only, so it runs even while the server defaults to read-only.
+  const client = new pg.Client({ connectionString: `postgresql://postgres@127.0.0.1:${cluster.primary}/postgres?options=-c%20default_transaction_read_only%3Doff` });
+  await client.connect();
+  try {
+    await client.query(sql);
+    await client.query('SELECT pg_catalog.pg_reload_conf()');
+  } finally {
+    await client.end();
+  }
+}
+
+test('the primary turning read-only under a live connection: typed errors, no write, and writes resume after', async () => {
+  const p = provider(cluster.url);
+  assert.equal((await p.acquireLease('ro', 'a', 30_000)).acquired, true);
+  try {
+    await onPrimary('ALTER SYSTEM SET default_transaction_read_only = on');
+    await sleep(200); // the reload reaches the pooled session before its next statement
+    await assert.rejects(p.renewLease('ro', 'a', 30_000), (error: unknown) => {
+      assert.ok(error instanceof LeaseConnectionError, String(error));
+      assert.equal(error.sqlState, '25006');
+      assert.equal(error.outcomeUnknown, false);
+      return true;
+    });
+    // No host is writable now: each one is tried, and the call fails typed, nothing sent.
+    await assert.rejects(p.acquireLease('ro2', 'a', 30_000), (error: unknown) => {
+      assert.ok(error instanceof LeaseConnectionError, String(error));
+      assert.equal(error.outcomeUnknown, false);
+      return true;
+    });
+  } finally {
+    await onPrimary('ALTER SYSTEM RESET default_transaction_read_only');
+  }
+  await sleep(200);
+  assert.equal(await p.renewLease('ro', 'a', 30_000), true);
+  assert.equal((await p.acquireLease('ro2', 'a', 30_000)).acquired, true);
+  await p.releaseLease('ro', 'a');
+  await p.releaseLease('ro2', 'a');
 });
 
 interface Worker {
