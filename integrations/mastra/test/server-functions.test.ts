@@ -2,8 +2,9 @@
  * Pooler mode calls the table's server functions (migration 0005), schema-qualified with typed
  * arguments, as the Python pooler mode does: checked on the wire (a pool whose clients record
  * what they send), against a database without the functions (plain statements, one warning),
- * one that loses them while in use, and a pooled server session that another client left with
- * a temporary `leases` table and its own search_path (the real table is still the one used).
+ * one that loses them while in use, look-alike overloads planted beside them, and a pooled
+ * server session that another client left with a temporary `leases` table and its own
+ * search_path (the real table is still the one used).
  */
 
 import assert from 'node:assert/strict';
@@ -95,6 +96,27 @@ test('every hot statement goes as a schema-qualified call with typed arguments',
     );
   }
   assert.deepEqual(warnings, []);
+});
+
+test('look-alike overloads planted next to the functions are never called', async () => {
+  const db = await database();
+  const admin = await db.client();
+  try {
+    // text overloads: an untyped literal argument would prefer them over bytea.
+    await admin.query(`CREATE FUNCTION public.leases_get_owner(text) RETURNS TABLE(owner bytea)
+      LANGUAGE sql AS $$ SELECT 'evil'::bytea $$`);
+    await admin.query(`CREATE FUNCTION public.leases_acquire(text, text, text)
+      RETURNS TABLE(acquired boolean, fence bigint, expires_at timestamptz, holder bytea)
+      LANGUAGE sql AS $$ SELECT true, 1::bigint, now() + interval '1 hour', NULL::bytea $$`);
+  } finally {
+    await admin.end();
+  }
+  const p = new PostgresLeaseProvider({ connectionString: bouncer.url(db.name) }, { pooler: 'transaction' });
+  open.push(p);
+  assert.equal(await p.getLeaseOwner('k'), undefined);
+  assert.equal((await p.acquireLease('k', 'a', 30_000)).acquired, true);
+  assert.equal((await p.acquireLease('k', 'b', 30_000)).acquired, false); // the planted one always grants
+  assert.equal(await p.getLeaseOwner('k'), 'a');
 });
 
 test('without the functions (revision 0004) the statements go plain and qualified, with one warning', async () => {
