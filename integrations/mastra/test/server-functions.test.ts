@@ -89,6 +89,8 @@ test('every hot statement goes as a schema-qualified call with typed arguments',
     }
     assert.ok(calls.some((q) => /\('\\x[0-9a-f]+'::pg_catalog\.bytea, /.test(q.replace(/E'\\\\x/g, "'\\x"))), calls.join('\n'));
     assert.ok(calls.every((q) => q.startsWith('SET LOCAL statement_timeout = ')), calls.join('\n'));
+    // The session settings are pinned in the same query as the call (hostile.test.ts).
+    assert.ok(calls.every((q) => q.includes("SET LOCAL DateStyle = 'ISO, MDY';")), calls.join('\n'));
     // No plain statement on the table went out, and nothing names the table unqualified.
     assert.deepEqual(
       sent.filter((q) => /\b(UPDATE|INSERT INTO)\b/.test(q) || new RegExp(`FROM "${table}"`).test(q)),
