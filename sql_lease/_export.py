@@ -11,6 +11,12 @@ its result columns. A client renders a statement by replacing the placeholders:
 - ``{fence_sequence}``: the quoted, optionally schema-qualified sequence of ``naming``;
 - ``{channel}``: the LISTEN/NOTIFY channel of ``naming`` (it appears inside a string literal).
 
+``functions`` gives, for the statements pooler mode sends as calls of the table's plpgsql
+functions (`sql_lease.backends.postgres.functions`), the function's name (``{table_name}``:
+the table's unquoted name) and its call, ``{function}`` standing for the quoted function name
+qualified by the table's schema. The call is the very text pooler mode sends, so the two
+languages cannot drift.
+
 The placeholders are found by building the real catalogue for sentinel names and replacing
 them, so the rendered text is the very text the Python provider sends (a test checks that).
 The function is pure and deterministic: no I/O, no clock.
@@ -21,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
+from .backends.postgres import functions
 from .backends.postgres.catalogue import HOME_SQL, build_catalogue
 from .catalogue import Statement
 from .schema import DEFAULT_TABLE
@@ -133,6 +140,28 @@ def _template(sql: str, table: str, sequence: str, channel: str) -> str:
     return text
 
 
+def _functions(statements: dict[str, Statement[Any]]) -> dict[str, object]:
+    """The pooler-mode call of each statement that has a server function (see the module)."""
+    functions.register(_TABLE, _SCHEMA)
+    by_text = {r.statement: r for r in functions.routines(_TABLE, _SCHEMA)}
+    out: dict[str, object] = {}
+    for name, statement in statements.items():
+        routine, call = by_text.get(statement.sql), functions.call_for(statement.sql)
+        if routine is None or call is None:
+            continue
+        qualified = f'"{_SCHEMA}"."{routine.name}"'
+        if qualified not in call or not routine.name.startswith(_TABLE):
+            raise ValueError(
+                f"the {name} call names its function in a form the export cannot template"
+            )
+        out[name] = {
+            "name": "{table_name}" + routine.name.removeprefix(_TABLE),
+            "arguments": list(routine.arguments),
+            "call": call.replace(qualified, "{function}"),
+        }
+    return out
+
+
 def export_catalogue() -> dict[str, object]:
     """The PostgreSQL statement catalogue as JSON-ready data (see the module docstring)."""
     sql = build_catalogue(_TABLE, _SCHEMA)
@@ -178,6 +207,7 @@ def export_catalogue() -> dict[str, object]:
             "table": 'quoted table, schema-qualified: "s"."t" (no schema set: find_schema\'s)',
             "fence_sequence": "quoted sequence {table_name}_fence_seq, qualified like the table",
             "channel": "the notify channel (inside a string literal)",
+            "function": "in functions: the quoted function name, qualified by the table's schema",
         },
         "naming": {
             "default_table": DEFAULT_TABLE,
@@ -199,4 +229,5 @@ def export_catalogue() -> dict[str, object]:
             " the first of the session's default search_path holding the table (never a"
             " temporary schema). No row: the table is missing (run the migrations).",
         },
+        "functions": _functions(catalogue),
     }

@@ -15,6 +15,7 @@ from sqlalchemy import event
 
 from sql_lease import SqlLeaseProvider, migrate
 from sql_lease._export import export_catalogue
+from sql_lease.backends.postgres import functions
 from sql_lease.backends.postgres.catalogue import build_catalogue, quote_ident
 from sql_lease.schema import fence_sequence_name, notify_channel
 
@@ -128,3 +129,26 @@ async def test_the_provider_sends_exactly_the_exported_statements(schema_url: st
     ours = [q for q in sent if '"tenant_a"."jobs"' in q or "clock_timestamp" in q]
     assert [q for q in ours if q not in exported] == []
     assert {exported[q] for q in ours} == set(exported.values())
+
+
+@pytest.mark.parametrize(("table", "schema"), [n for n in NAMES if n[1] is not None])
+def test_exported_calls_are_the_calls_pooler_mode_sends(table: str, schema: str) -> None:
+    built = build_catalogue(table, schema)
+    functions.register(table, schema)
+    exported: dict[str, Any] = export_catalogue()["functions"]  # type: ignore[assignment]
+    assert set(exported) == {
+        "acquire",
+        "renew",
+        "release",
+        "transfer",
+        "get_owner",
+        "get_lease",
+        "holder",
+    }
+    names = {r.name: r for r in functions.routines(table, schema)}
+    for name, f in exported.items():
+        function = f["name"].replace("{table_name}", table)
+        assert tuple(f["arguments"]) == names[function].arguments, name
+        qualified = f"{quote_ident(schema)}.{quote_ident(function)}"
+        sent = functions.call_for(getattr(built, name).sql)
+        assert f["call"].replace("{function}", qualified) == sent, name

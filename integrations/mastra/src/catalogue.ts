@@ -38,6 +38,16 @@ export type StatementName =
   | 'want'
   | 'now';
 
+/** A statement pooler mode sends as a call of the table's plpgsql function (migration 0005). */
+export interface CatalogueFunction {
+  /** The function's unquoted name; `{table_name}` stands for the table's. */
+  name: string;
+  /** Its argument types, in order (its signature). */
+  arguments: string[];
+  /** The call; `{function}` stands for the quoted function name qualified by the table's schema. */
+  call: string;
+}
+
 export interface Catalogue {
   format: number;
   dialect: string;
@@ -49,6 +59,7 @@ export interface Catalogue {
   };
   limits: { max_name_bytes: number; max_ttl_ms: number; min_ttl_ms: number };
   statements: Record<StatementName, CatalogueStatement>;
+  functions: Partial<Record<StatementName, CatalogueFunction>>;
 }
 
 /** The format of the export this package understands. */

@@ -107,12 +107,21 @@ const CONNECTION_CODES = new Set([
   'EHOSTUNREACH',
   'ENETUNREACH',
   'ENOENT', // a Unix socket that is not there
+  'SQL_LEASE_NOT_WRITABLE', // hosts.ts: a server target_session_attrs refused
 ]);
+// read_only_sql_transaction: the server is a standby or was demoted; the write was refused
+// before it applied. The connection is dropped so the next one finds the writable host.
+const READ_ONLY_STATE = '25006';
 
 /** The SQLSTATE of a server error (node-postgres puts it in `code`), else undefined. */
 export function sqlState(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/** True when the server refused a write because it is read-only (SQLSTATE 25006). */
+export function isReadOnly(error: unknown): boolean {
+  return sqlState(error) === READ_ONLY_STATE;
 }
 
 /** True when `error` says the connection failed, broke or was refused. */
@@ -121,10 +130,10 @@ export function isConnectionFailure(error: unknown): boolean {
   if (state !== undefined) return CONNECTION_PREFIXES.some((p) => state.startsWith(p));
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && CONNECTION_CODES.has(code)) return true;
-  // node-postgres reports a dropped socket, a failed connect and a pool checkout timeout as
-  // plain Errors without a code.
+  // node-postgres reports a dropped socket, a failed connect, a connect timeout ('timeout
+  // expired') and a pool checkout timeout as plain Errors without a code.
   const message = error instanceof Error ? error.message : '';
-  return /connection|terminated|timeout exceeded when trying to connect|not queryable/i.test(message);
+  return /connection|terminated|timeout exceeded when trying to connect|^timeout expired$|not queryable/i.test(message);
 }
 
 function detail(error: unknown): string {
@@ -160,6 +169,13 @@ export function translate(error: unknown, context: TranslateContext): LeaseError
           `${where} (${detail(error)}); apply the migrations to this database: ` +
           `\`sql-lease migrate --url ...\` (${PIP_INSTALL_CLI}) or \`alembic upgrade head\``,
         base,
+      );
+    }
+    if (state === READ_ONLY_STATE) {
+      return new LeaseConnectionError(
+        `${operation}: ${where} is read-only (a standby or a demoted primary), nothing was written ` +
+          `(${detail(error)}); list every host in the URL with target_session_attrs=read-write to reach the writable one`,
+        { ...base, outcomeUnknown: false },
       );
     }
     if (CONNECTION_PREFIXES.some((p) => state.startsWith(p))) {

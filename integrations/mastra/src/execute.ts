@@ -18,9 +18,11 @@
 
 import type { Pool, PoolClient } from 'pg';
 
-import { LeaseTimeoutError, isConnectionFailure, sqlState, translate } from './errors.js';
+import { LeaseTimeoutError, isConnectionFailure, isReadOnly, sqlState, translate } from './errors.js';
+import { connectRetries, serverReadOnly } from './hosts.js';
 import { render, timeoutPrefix, type Pooler } from './pooler.js';
 import { RESULT_TYPES } from './result-types.js';
+import type { ServerFunctions } from './server-functions.js';
 
 /** A statement's rows, each an array of column values in the catalogue's column order. */
 export type Row = unknown[];
@@ -32,7 +34,12 @@ export interface ExecutorOptions {
   table: string;
   /** The pool reaches PostgreSQL through a connection pooler (see pooler.ts). */
   pooler?: Pooler | undefined;
+  /** Behind a pooler: the lease statements sent as calls of the server functions (server-functions.ts). */
+  functions?: ServerFunctions | undefined;
 }
+
+const guarded = new WeakSet<PoolClient>();
+const ignore = (): void => undefined;
 
 /** The server-side statement and lock timeout, as a share of the client-side timeout. */
 export const SERVER_SHARE = 0.8;
@@ -44,8 +51,10 @@ export class Executor {
   readonly #table: string;
   /** Behind a pooler: the `SET LOCAL` timeouts that start every query; else undefined. */
   readonly #prefix: string | undefined;
+  readonly #functions: ServerFunctions | undefined;
 
   constructor(options: ExecutorOptions) {
+    this.#functions = options.pooler === undefined ? undefined : options.functions;
     this.#pool = options.pool;
     this.#timeoutMs = options.timeoutMs;
     this.#where = options.where;
@@ -64,6 +73,35 @@ export class Executor {
    * per-statement path of every lease operation, and the benchmark holds it to raw `pg`.
    */
   run(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
+    const functions = this.#functions;
+    const call = functions?.call(text);
+    if (functions === undefined || call === undefined) return this.#send(operation, write, text, values, ms);
+    return this.#call(functions, call, operation, write, text, values, ms);
+  }
+
+  /**
+   * `call` (the server function's call for `text`) within the one deadline; `text` itself,
+   * already qualified, is sent after `undefined_function` only (nothing ran).
+   */
+  async #call(
+    functions: ServerFunctions,
+    call: string,
+    operation: string,
+    write: boolean,
+    text: string,
+    values: unknown[],
+    ms?: number,
+  ): Promise<Row[]> {
+    const end = performance.now() + (ms ?? this.#timeoutMs);
+    try {
+      return await this.#send(operation, write, call, values, ms);
+    } catch (error) {
+      if (!functions.fallBack(call, error)) throw error;
+      return this.#send(operation, write, text, values, end - performance.now());
+    }
+  }
+
+  #send(operation: string, write: boolean, text: string, values: unknown[], ms?: number): Promise<Row[]> {
     const prefix = this.#prefix;
     let simple: string | undefined;
     try {
@@ -116,6 +154,14 @@ export class Executor {
             resolve(last.rows);
             return;
           }
+          if (isReadOnly(error)) {
+            // The server turned read-only: drop the connection, so the next call reconnects
+            // (to the writable host of a host list). Refused: nothing was written.
+            serverReadOnly(client);
+            client.release(error);
+            sent = false;
+            return fail(error);
+          }
           if (sqlState(error) !== undefined && !isConnectionFailure(error)) {
             client.release();
             return fail(error);
@@ -138,8 +184,16 @@ export class Executor {
           }
           if (error || client === undefined) {
             // Nothing was sent yet: one more try on a fresh connection is safe.
-            if (n === 0 && isConnectionFailure(error)) return checkout(++attempt);
+            // With a host list, once per host (hosts.ts moves on to the next at each failure).
+            if (n < connectRetries(this.#pool) && isConnectionFailure(error)) return checkout(++attempt);
             return fail(error ?? new Error('the pool gave no connection'));
+          }
+          if (!guarded.has(client)) {
+            // node-postgres emits 'error' on a checked-out client whose server went away, where
+            // a pool does not listen (a caller's pool too): unheard, it would end the process.
+            // This call hears the same failure through its query's callback.
+            client.on('error', ignore);
+            guarded.add(client);
           }
           query(client);
         });

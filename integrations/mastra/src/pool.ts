@@ -6,11 +6,14 @@ import pg from 'pg';
 import type { Pool } from 'pg';
 
 import { SERVER_SHARE } from './execute.js';
+import { hostListClient, parseHostList, registerHosts } from './hosts.js';
 import type { Pooler } from './pooler.js';
 
 /** Where a connection string points, without any password (for messages). */
 export function describeWhere(connectionString: string): string {
   try {
+    const hosts = parseHostList(connectionString);
+    if (hosts !== undefined) return hosts.where;
     const url = new URL(connectionString);
     const user = url.username ? `${decodeURIComponent(url.username)}@` : '';
     return `${url.protocol}//${user}${url.host}${url.pathname}`;
@@ -52,23 +55,30 @@ export const PINNED_OPTIONS =
  */
 export function createPool(connectionString: string, timeoutMs: number, max: number, pooler?: Pooler): Pool {
   const serverMs = Math.max(1, Math.round(timeoutMs * SERVER_SHARE));
-  const connectMs = Math.ceil(timeoutMs);
+  // A host list (or target_session_attrs), which node-postgres cannot read: see hosts.ts. Each
+  // host gets its share of the deadline to connect, so a silent one leaves time for the next.
+  const hosts = parseHostList(connectionString);
+  const connectMs = Math.ceil(timeoutMs / (hosts?.targets.length ?? 1));
   class TimedClient extends pg.Client {
     constructor(config?: pg.ClientConfig) {
       super({ ...config, connectionTimeoutMillis: connectMs });
+      // node-postgres also emits 'error' on a checked-out client whose server went away (a
+      // failover, a restart), where the pool does not listen: without a listener that would
+      // end the process. The call in flight gets the same error through its own callback.
+      this.on('error', () => undefined);
     }
   }
   const pool = new pg.Pool({
-    connectionString,
+    connectionString: hosts?.urls[0] ?? connectionString,
     max,
     ...(pooler === undefined ? { statement_timeout: serverMs, lock_timeout: serverMs, options: PINNED_OPTIONS } : {}),
     application_name: 'sql_lease_mastra',
     allowExitOnIdle: true,
-    Client: TimedClient,
+    Client: hosts === undefined ? TimedClient : hostListClient(hosts, TimedClient),
   });
+  if (hosts !== undefined) registerHosts(pool, hosts.targets.length);
   // An idle connection that dies is dropped by the pool; without a listener the error would
   // crash the process.
   pool.on('error', () => undefined);
   return pool;
 }
-

@@ -16,7 +16,8 @@ import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, type Row } from './execute.js';
 import { createPool, describeWhere, poolWhere } from './pool.js';
 import { checkPooler, type Pooler } from './pooler.js';
-import { resolveSchema } from './schema-resolve.js';
+import { resolveHome } from './schema-resolve.js';
+import { ServerFunctions } from './server-functions.js';
 import { decodeName } from './keys.js';
 import { toDate } from './result-types.js';
 import { checkIdentifier, checkKey, checkName, checkTimeout, checkTtl } from './validate.js';
@@ -104,6 +105,8 @@ export class PostgresLeaseProvider {
   #resolving: Promise<Statements> | undefined;
   readonly #pooled: boolean;
   readonly #where: string;
+  /** Behind a pooler: the server functions' calls (set up once the table's schema is known). */
+  readonly #functions: ServerFunctions | undefined;
   readonly #pool: Pool;
   readonly #ownsPool: boolean;
   readonly #run: Executor;
@@ -163,10 +166,12 @@ export class PostgresLeaseProvider {
     }
     this.#table = table;
     this.#schema = schema;
-    this.#sql = schema === undefined ? undefined : buildStatements(table, schema);
+    this.#sql = schema === undefined || pooler !== undefined ? undefined : buildStatements(table, schema);
     this.#pooled = pooler !== undefined;
     this.#where = where;
-    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: quoteIdent(table), pooler });
+    // Behind a pooler the hot statements go as calls of the table's server functions.
+    this.#functions = pooler === undefined ? undefined : new ServerFunctions(table);
+    this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: quoteIdent(table), pooler, functions: this.#functions });
   }
 
   /** The leases table's name. */
@@ -192,11 +197,16 @@ export class PostgresLeaseProvider {
     if (this.#closed) throw new LeaseError('the PostgresLeaseProvider is closed');
   }
 
-  /** The statements, every relation qualified (the schema resolved once when not configured). */
+  /** The statements, every relation qualified (the table's schema looked up once: schema-resolve.ts). */
   #statements(): Statements | Promise<Statements> {
     if (this.#sql !== undefined) return this.#sql;
-    this.#resolving ??= resolveSchema(this.#run, this.#pooled, this.#where).then(
-      (resolved) => (this.#sql = buildStatements(this.#table, this.#schema, resolved)),
+    const options = { table: this.#table, schema: this.#schema, pooled: this.#pooled, where: this.#where };
+    this.#resolving ??= resolveHome(this.#run, options).then(
+      (home) => {
+        const sql = buildStatements(this.#table, this.#schema, home.schema);
+        this.#functions?.use(sql, home.schema, home.functions); // the calls are ready with the statements
+        return (this.#sql = sql);
+      },
       (error: unknown) => {
         this.#resolving = undefined; // tried again on the next call
         throw error;

@@ -10,6 +10,7 @@ import { catalogue } from './catalogue.js';
 import { LeaseRangeError, LeaseTypeError } from './errors.js';
 import { createPool, describeWhere, poolWhere } from './pool.js';
 import { DEFAULT_TIMEOUT_MS, type ConnectionOptions, type ProviderOptions } from './provider.js';
+import { newClient } from './hosts.js';
 import { checkPooler, type Pooler } from './pooler.js';
 import { checkIdentifier, checkMs, checkTimeout } from './validate.js';
 
@@ -185,8 +186,7 @@ export function connect(connection: ConnectionOptions, s: Settings): Connection 
 /** The dedicated LISTEN connection: a client of its own, or a checkout of the caller's pool. */
 export async function listenConnection(connection: Connection, timeoutMs: number): Promise<pg.Client | pg.PoolClient> {
   if (connection.listenConnectionString === undefined) return connection.pool.connect();
-  const client = new pg.Client({
-    connectionString: connection.listenConnectionString,
+  const client = newClient(connection.listenConnectionString, {
     application_name: 'sql_lease_mastra_listen',
     connectionTimeoutMillis: Math.ceil(timeoutMs),
     keepAlive: true,

@@ -2,7 +2,8 @@
  * The contract suite (SPEC §3 row by row, and §4's bad input), mirroring the Python
  * tests/contract/test_semantics.py and test_bad_input.py case for case. With
  * `SQL_LEASE_TS_POOLER=transaction` (contract-pgbouncer.test.ts) the provider runs through a
- * real PgBouncer in transaction pooling, with `pooler: 'transaction'`.
+ * real PgBouncer in transaction pooling, with `pooler: 'transaction'`; with
+ * `SQL_LEASE_TS_HOSTS=list` (contract-hosts.test.ts) on a host list whose first host is down.
  */
 
 import assert from 'node:assert/strict';
@@ -27,6 +28,8 @@ const logged: string[] = [];
 const logger = { error: (message: string): void => void logged.push(message) };
 let bouncer: Bouncer | undefined;
 const POOLED = process.env.SQL_LEASE_TS_POOLER === 'transaction';
+/** contract-hosts.test.ts: a host list whose first host is down, with target_session_attrs. */
+const HOSTS = process.env.SQL_LEASE_TS_HOSTS === 'list';
 
 const expire = (): Promise<void> => sleep(WAIT);
 
@@ -48,6 +51,10 @@ before(async () => {
     bouncer = await startPgBouncer('transaction');
     const url = bouncer.url(db.name);
     provider = new PostgresLeaseProvider({ connectionString: url }, { timeoutMs: 10_000, pooler: 'transaction', logger });
+  } else if (HOSTS) {
+    const url = new URL(db.url);
+    const list = `postgresql://${url.username}@127.0.0.1:1,${url.host}${url.pathname}?target_session_attrs=read-write`;
+    provider = new PostgresLeaseProvider({ connectionString: list }, { timeoutMs: 10_000, logger });
   } else {
     provider = new PostgresLeaseProvider({ connectionString: db.url }, { timeoutMs: 10_000, logger });
   }
