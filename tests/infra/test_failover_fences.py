@@ -80,7 +80,7 @@ async def test_synchronous_failover_loses_nothing_overlaps_nothing_inverts_nothi
     print(f"sync round {failover_round}: {figures.line()}")
     assert any(not g.after_failover for g in rnd.grants)
     assert any(g.after_failover for g in rnd.grants), "no grant after the promotion"
-    assert figures.writes_lost == 0
+    assert figures.writes_lost == 0, "\n".join(figures.lost)
     assert figures.overlaps == []
     assert figures.inversions == []
     assert figures.duplicates == []
