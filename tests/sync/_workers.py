@@ -6,6 +6,7 @@ import os
 import random
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 from sql_lease import exclusive
@@ -78,7 +79,12 @@ def tick_runner(
             if delay > 0:
                 time.sleep(delay)
             at = time.time()
-            with exclusive(provider, name, at_most_for=30, at_least_for=at_least_s) as run:
+            with exclusive(
+                provider,
+                name,
+                at_most_for=timedelta(seconds=30),
+                at_least_for=timedelta(seconds=at_least_s),
+            ) as run:
                 answered = time.time()
                 if run:
                     # One file per run of a tick: two runs of one tick would make two files.
