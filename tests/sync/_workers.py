@@ -71,11 +71,7 @@ def tick_runner(
         _announce(sync_dir, f"ready-{os.getpid()}", "ready")
         fired: list[tuple[int, float, float, float, str | None]] = []
         for i in range(ticks):
-            due = os.path.join(sync_dir, f"tick-{i}")
-            while not os.path.exists(due):
-                time.sleep(0.005)
-            with open(due) as f:
-                delay = float(f.read()) - time.time()
+            delay = _due(sync_dir, i) - time.time()
             if delay > 0:
                 time.sleep(delay)
             at = time.time()
@@ -97,12 +93,26 @@ def tick_runner(
         return fired
 
 
+def _due(sync_dir: str, tick: int, within: float = 120.0) -> float:
+    """When ``tick`` is due, once the test has announced it; gives up when the test has
+    (an ``abort`` file) or after ``within`` s, so that a failed test leaves no worker waiting."""
+    path = os.path.join(sync_dir, f"tick-{tick}")
+    give_up = time.monotonic() + within
+    while not os.path.exists(path):
+        if os.path.exists(os.path.join(sync_dir, "abort")) or time.monotonic() > give_up:
+            raise TimeoutError(f"tick {tick} was never announced")
+        time.sleep(0.005)
+    with open(path) as f:
+        return float(f.read())
+
+
 def _announce(directory: str, name: str, text: str) -> None:
-    """Write ``directory/name`` atomically (a reader never sees it half written)."""
-    path = os.path.join(directory, name)
-    with open(f"{path}.tmp", "w") as f:
+    """Write ``directory/name`` atomically: a reader never sees it half written (the
+    temporary name starts with a dot, so that no glob of the final names matches it)."""
+    path, temporary = os.path.join(directory, name), os.path.join(directory, f".{name}")
+    with open(temporary, "w") as f:
         f.write(text)
-    os.rename(f"{path}.tmp", path)
+    os.rename(temporary, path)
 
 
 def crashing_holder(url: str, name: str, at_most_s: float, ready_path: str) -> None:

@@ -154,18 +154,22 @@ def test_eight_processes_firing_each_tick_run_it_exactly_once(
     sync_dir.mkdir()
     args = (database_url, name, TICKS, at_least, str(runs_dir), str(sync_dir))
     results = [worker_pool.apply_async(tick_runner, args) for _ in range(8)]
-    # Every scheduler up and connected before the first tick (like replicas in service).
-    eventually(lambda: len(list(sync_dir.glob("ready-*"))) == 8, "8 schedulers ready", 90)
     dues: list[float] = []
     finished = 0.0
-    for i in range(TICKS):
-        # The previous tick's lease (kept at most at_least_for after its winner finished)
-        # is over by then; the lead lets every replica see the tick before it is due.
-        dues.append(max(finished + at_least + 0.1, time.time() + lead))
-        (sync_dir / f"tick-{i}.tmp").write_text(repr(dues[-1]))
-        (sync_dir / f"tick-{i}.tmp").rename(sync_dir / f"tick-{i}")
-        finished = _all_fired(sync_dir, i)
-    fired = [r.get(timeout=60) for r in results]
+    try:
+        # Every scheduler up and connected before the first tick (like replicas in service).
+        eventually(lambda: len(list(sync_dir.glob("ready-*"))) == 8, "8 schedulers ready", 90)
+        for i in range(TICKS):
+            # The previous tick's lease (kept at most at_least_for after its winner finished)
+            # is over by then; the lead lets every replica see the tick before it is due.
+            dues.append(max(finished + at_least + 0.1, time.time() + lead))
+            (sync_dir / f".tick-{i}").write_text(repr(dues[-1]))
+            (sync_dir / f".tick-{i}").rename(sync_dir / f"tick-{i}")
+            finished = _all_fired(sync_dir, i)
+        fired = [r.get(timeout=60) for r in results]
+    except BaseException:
+        (sync_dir / "abort").touch()  # no replica left waiting for a tick (the pool is shared)
+        raise
     runs: dict[str, int] = {}
     for path in runs_dir.iterdir():
         tick = path.name.split("-")[0]
