@@ -206,8 +206,11 @@ async def run_round(
     providers: int = 2,
     clients_per_provider: int = 4,
     seed: int | None = None,
+    replies_held: float = 0.0,
 ) -> Round:
-    """Race, crash the primary (after stalling the link ``lag`` s), promote, race on."""
+    """Race, crash the primary (after stalling the link ``lag`` s, or holding the standby's
+    replies ``replies_held`` s: every write then in flight reaches the standby unacknowledged),
+    promote, race on."""
     db = f"lease_{uuid.uuid4().hex[:8]}"
     cluster.create_database(db)
     url = cluster.url(db)
@@ -230,6 +233,10 @@ async def run_round(
             assert cluster.link is not None
             cluster.link.stall()
             await asyncio.sleep(lag)
+        if replies_held:
+            assert cluster.link is not None
+            cluster.link.hold_replies()
+            await asyncio.sleep(replies_held)
         await asyncio.to_thread(cluster.crash_primary)
         rnd.crash_at = time.monotonic()
         assert cluster.link is not None
