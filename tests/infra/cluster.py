@@ -35,7 +35,9 @@ class WalLink:
 
     While stalled, nothing is read from either side (the kernel buffers fill up and the sender
     blocks, as on a dead link). `cut` closes every connection, discarding what was not delivered,
-    and refuses new ones: the standby never sees the bytes the stall held back.
+    and refuses new ones: the standby never sees the bytes the stall held back. `hold_replies`
+    delivers the WAL but not the standby's replies: a synchronous commit then reaches the
+    standby while the primary goes on waiting for its confirmation.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -47,6 +49,7 @@ class WalLink:
         self._open.set()
         self._paused = threading.Event()  # set by the forwarder once it stopped delivering
         self._stop = threading.Event()
+        self._replies_held = threading.Event()
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._thread = threading.Thread(target=self._run, name="wal-link", daemon=True)
@@ -62,6 +65,11 @@ class WalLink:
 
     def resume(self) -> None:
         self._open.set()
+        self._replies_held.clear()
+
+    def hold_replies(self) -> None:
+        """Stop delivering what the standby sends (its flush confirmations), WAL still flows."""
+        self._replies_held.set()
 
     def cut(self) -> None:
         """Close everything for good (the standby's walreceiver then retries in vain)."""
@@ -72,17 +80,22 @@ class WalLink:
         sel = selectors.DefaultSelector()
         sel.register(self._listener, selectors.EVENT_READ, None)
         peers: dict[socket.socket, socket.socket] = {}
+        standby_side: set[socket.socket] = set()
         try:
             while not self._stop.is_set():
                 if not self._open.is_set():
                     self._paused.set()
                     self._open.wait(0.05)
                     continue
+                held = False
                 for key, _ in sel.select(0.05):
                     if not self._open.is_set() or self._stop.is_set():
                         break  # stalled or cut while selecting: leave the rest unread
                     sock = key.fileobj
                     assert isinstance(sock, socket.socket)
+                    if sock in standby_side and self._replies_held.is_set():
+                        held = True  # left unread: the standby's replies wait in the kernel
+                        continue
                     if sock is self._listener:
                         with contextlib.suppress(BlockingIOError):
                             client, _ = self._listener.accept()
@@ -95,6 +108,7 @@ class WalLink:
                                 s.setblocking(True)
                                 s.settimeout(5)
                             peers[client], peers[upstream] = upstream, client
+                            standby_side.add(client)
                             sel.register(client, selectors.EVENT_READ, None)
                             sel.register(upstream, selectors.EVENT_READ, None)
                         continue
@@ -112,7 +126,10 @@ class WalLink:
                         with contextlib.suppress(KeyError, ValueError):
                             sel.unregister(s)
                         peers.pop(s, None)
+                        standby_side.discard(s)
                         s.close()
+                if held:
+                    time.sleep(0.005)  # select returns at once while replies wait unread
         finally:
             for s in list(peers):
                 s.close()

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from sql_lease import LeaseError, SqlLeaseProvider, migrate
 
@@ -62,16 +62,28 @@ class Grant:
     after_failover: bool = False
 
 
+class Write(NamedTuple):
+    """A write call: acknowledged, or failed (kind ``renew?``, ``release?``: it may have
+    committed). ``lo``..``hi`` bound the expiry it set (for a release: the moment it ended the
+    lease); ``at`` (acknowledged or failed) and ``started`` are monotonic times."""
+
+    key: str
+    kind: str
+    fence: int
+    lo: datetime
+    hi: datetime
+    at: float
+    started: float
+
+
 @dataclass
 class Round:
     database: str = ""
     grants: list[Grant] = field(default_factory=list)
-    #: (key, kind, fence, earliest expiry, latest expiry, acknowledged at): acknowledged writes,
-    #: and those whose call failed (kind "renew?", "release?": they may have committed); for a
-    #: release the two expiries bound the moment it ended the lease.
-    writes: list[tuple[str, str, int, datetime, datetime, float]] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
-    crash_at: float = 0.0
+    crash_at: float = 0.0  # monotonic, once the primary is gone
+    promoting_at: float = 0.0  # monotonic, just before the standby is promoted
     promoted_at: float = 0.0
     standby_rows: dict[str, tuple[int, datetime]] = field(default_factory=dict)
     first_success_after: float | None = None
@@ -88,6 +100,8 @@ class Figures:
     errors: dict[str, int]
     recovered_ms: float | None
     slowest_call: float
+    #: per key with lost writes: its last writes with their timing and the standby's row
+    lost: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         inv = ", ".join(
@@ -132,6 +146,7 @@ async def _client(
         key = rng.choice(KEYS)
         ttl = rng.randint(300, 1500)
         grant = mine.get(key)
+        began = time.monotonic()
         if grant is None:
             res, _ = await call(provider.acquire_lease(key, owner, ttl))
             if res is not None and res.acquired:
@@ -147,7 +162,7 @@ async def _client(
                 )
                 rnd.grants.append(g)
                 e = res.expires_at
-                rnd.writes.append((key, "grant", res.fence, e, e, time.monotonic()))
+                rnd.writes.append(Write(key, "grant", res.fence, e, e, time.monotonic(), began))
                 mine[key] = g
         elif rng.random() < 0.7:
             renew_ttl = ttl
@@ -159,7 +174,7 @@ async def _client(
                 lo = started + timedelta(milliseconds=renew_ttl)
                 hi = _wall() + timedelta(milliseconds=renew_ttl)
                 grant.end = lo  # the latest renewal sets the expiry (it may shorten it)
-                rnd.writes.append((key, "renew", grant.fence, lo, hi, time.monotonic()))
+                rnd.writes.append(Write(key, "renew", grant.fence, lo, hi, time.monotonic(), began))
             elif acked:
                 del mine[key]
             else:
@@ -168,13 +183,16 @@ async def _client(
                 lo = started + timedelta(milliseconds=renew_ttl)
                 hi = _wall() + timedelta(milliseconds=renew_ttl)
                 grant.end = min(grant.end, lo)
-                rnd.writes.append((key, "renew?", grant.fence, lo, hi, time.monotonic()))
+                rnd.writes.append(
+                    Write(key, "renew?", grant.fence, lo, hi, time.monotonic(), began)
+                )
         else:
             started = _wall()
             _, acked = await call(provider.release_lease(key, owner))
             grant.end = min(grant.end, started)
             kind = "release" if acked else "release?"
-            rnd.writes.append((key, kind, grant.fence, started, _wall(), time.monotonic()))
+            w = Write(key, kind, grant.fence, started, _wall(), time.monotonic(), began)
+            rnd.writes.append(w)
             del mine[key]
         await asyncio.sleep(rng.uniform(0.005, 0.03))
 
@@ -188,8 +206,11 @@ async def run_round(
     providers: int = 2,
     clients_per_provider: int = 4,
     seed: int | None = None,
+    replies_held: float = 0.0,
 ) -> Round:
-    """Race, crash the primary (after stalling the link ``lag`` s), promote, race on."""
+    """Race, crash the primary (after stalling the link ``lag`` s, or holding the standby's
+    replies ``replies_held`` s: every write then in flight reaches the standby unacknowledged),
+    promote, race on."""
     db = f"lease_{uuid.uuid4().hex[:8]}"
     cluster.create_database(db)
     url = cluster.url(db)
@@ -212,6 +233,10 @@ async def run_round(
             assert cluster.link is not None
             cluster.link.stall()
             await asyncio.sleep(lag)
+        if replies_held:
+            assert cluster.link is not None
+            cluster.link.hold_replies()
+            await asyncio.sleep(replies_held)
         await asyncio.to_thread(cluster.crash_primary)
         rnd.crash_at = time.monotonic()
         assert cluster.link is not None
@@ -224,6 +249,7 @@ async def run_round(
             db,
         )
         rnd.standby_rows = {str(k): (int(str(f)), e) for k, f, e in rows}  # type: ignore[misc]
+        rnd.promoting_at = time.monotonic()
         await asyncio.to_thread(cluster.promote)
         rnd.promoted_at = time.monotonic()
         await asyncio.sleep(after)
@@ -235,27 +261,55 @@ async def run_round(
     return rnd
 
 
+def before_failover(rnd: Round) -> dict[str, list[tuple[Write, bool]]]:
+    """Per key, in the order they were acknowledged, the writes the old primary may have
+    committed, each with whether the standby must have it (with synchronous replication).
+
+    Must: acknowledged before the promotion began (so by the old primary: the standby takes no
+    writes until then), even if the client noticed only after the crash. May: a call that
+    failed (kind ``...?``), or was acknowledged only after the promotion began, but had started
+    before the crash ended: it may have committed before the crash without the client learning
+    it, and a standby row may reflect it (e.g. a release whose reply the crash cut off).
+    """
+    per_key: dict[str, list[tuple[Write, bool]]] = {}
+    for w in sorted(rnd.writes, key=lambda w: w.at):
+        must = not w.kind.endswith("?") and w.at < rnd.promoting_at
+        if must or w.started < rnd.crash_at:
+            per_key.setdefault(w.key, []).append((w, must))
+    return per_key
+
+
+def _reflects(w: Write, expiry: datetime) -> bool:
+    """Whether a row of ``w``'s fence with this expiry shows ``w`` (or a later write of it).
+
+    A call in doubt counts only if the row holds exactly what it would have set: then it
+    committed. An acknowledged renewal: the expiry it set or a later one (a longer renewal); an
+    acknowledged release: the moment it ended the lease, or an earlier one (it found the lease
+    expired already and changed nothing).
+    """
+    if w.kind.endswith("?"):
+        return w.lo <= expiry <= w.hi
+    return expiry <= w.hi if w.kind == "release" else expiry >= w.lo
+
+
 def analyse(rnd: Round) -> Figures:
     """The figures of the module docstring, from one round's history."""
     lost_writes = 0
     lost_grants = 0
-    per_key: dict[str, list[tuple[str, str, int, datetime, datetime, float]]] = {}
-    for w in sorted(rnd.writes, key=lambda w: w[5]):
-        if w[5] < rnd.crash_at:
-            per_key.setdefault(w[0], []).append(w)
-    for key, ws in per_key.items():
+    lost_lines: list[str] = []
+    for key, ws in before_failover(rnd).items():
         row = rnd.standby_rows.get(key)
         kept = 0  # writes up to the last one the standby's row reflects survived
         if row is not None:
             fence, expiry = row
-            for i, (_, kind, f, lo, hi, _) in enumerate(ws, 1):
-                if fence > f or (
-                    fence == f and (expiry <= hi if kind.startswith("release") else expiry >= lo)
-                ):
+            for i, (w, _) in enumerate(ws, 1):
+                if fence > w.fence or (fence == w.fence and _reflects(w, expiry)):
                     kept = i
-        lost = [w for w in ws[kept:] if not w[1].endswith("?")]
+        lost = [w for w, must in ws[kept:] if must]
         lost_writes += len(lost)
-        lost_grants += sum(1 for w in lost if w[1] == "grant")
+        lost_grants += sum(1 for w in lost if w.kind == "grant")
+        if lost:
+            lost_lines.append(_describe(key, ws, kept, row, rnd.crash_at))
     overlaps: list[float] = []
     by_key: dict[str, list[Grant]] = {}
     for g in rnd.grants:
@@ -296,4 +350,27 @@ def analyse(rnd: Round) -> Figures:
         rnd.errors,
         recovered,
         rnd.slowest_call,
+        lost_lines,
     )
+
+
+def _describe(
+    key: str,
+    ws: list[tuple[Write, bool]],
+    kept: int,
+    row: tuple[int, datetime] | None,
+    crash_at: float,
+) -> str:
+    """A key's last writes before the failover (``*``: counted lost; ``~``: may be missing),
+    with their times relative to the end of the crash, next to the standby's row."""
+    shown = "none" if row is None else f"fence {show_fence(row[0])} expires {row[1]:%H:%M:%S.%f}"
+    lines = [f"{key}: standby row {shown}"]
+    first = max(0, len(ws) - 8)
+    for i, (w, must) in enumerate(ws[first:], first):
+        mark = ("*" if i >= kept else " ") if must else "~"
+        lines.append(
+            f" {mark} {w.kind:8} fence {show_fence(w.fence)}"
+            f" expiry {w.lo:%H:%M:%S.%f}..{w.hi:%H:%M:%S.%f} started"
+            f" {(w.started - crash_at) * 1000:+.0f} ms, done {(w.at - crash_at) * 1000:+.0f} ms"
+        )
+    return "\n".join(lines)

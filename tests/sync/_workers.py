@@ -56,50 +56,63 @@ def hammer(
 
 
 def tick_runner(
-    url: str,
-    name: str,
-    ticks: int,
-    interval: float,
-    at_least_s: float,
-    runs_dir: str,
-    sync_dir: str,
-) -> int:
-    """A replica's scheduler: fire the job ``name`` every ``interval`` s, ``ticks`` times.
+    url: str, name: str, ticks: int, at_least_s: float, runs_dir: str, sync_dir: str
+) -> list[tuple[int, float, float, float, str | None]]:
+    """A replica's scheduler: fire the job ``name`` at each tick the test announces.
 
-    Says it is ready in ``sync_dir``, then waits for the ``go`` file holding the wall-clock
-    time of the first tick. Each run leaves one file per tick in ``runs_dir``.
+    Says it is ready in ``sync_dir``; tick ``i`` is the file ``tick-i`` there, holding the
+    wall-clock time it is due; once it has fired, it says so in ``done-i-<pid>`` (holding the
+    time it finished). Each run leaves one file per tick in ``runs_dir``. Returns, per tick,
+    (tick, fired, answered, done, None if it ran else the holder it found): wall-clock times,
+    so that a failure can show how far apart the replicas fired.
     """
     with SqlLeaseProvider.from_url(url, timeout=10) as provider:
         provider.now()  # connected
-        with open(os.path.join(sync_dir, f"ready-{os.getpid()}"), "w") as f:
-            f.write("ready")
-        go = os.path.join(sync_dir, "go")
-        while not os.path.exists(go):
-            time.sleep(0.01)
-        with open(go) as f:
-            start = float(f.read())
-        ran = 0
+        _announce(sync_dir, f"ready-{os.getpid()}", "ready")
+        fired: list[tuple[int, float, float, float, str | None]] = []
         for i in range(ticks):
-            delay = start + i * interval - time.time()
+            delay = _due(sync_dir, i) - time.time()
             if delay > 0:
                 time.sleep(delay)
-
-            @exclusive(
+            at = time.time()
+            with exclusive(
                 provider,
                 name,
                 at_most_for=timedelta(seconds=30),
                 at_least_for=timedelta(seconds=at_least_s),
-            )
-            def job(tick: int = i) -> bool:
-                # One file per run of a tick: two runs of one tick would make two files.
-                path = os.path.join(runs_dir, f"tick{tick:04d}-pid{os.getpid()}")
-                with open(path, "w") as f:
-                    f.write("ran")
-                return True
+            ) as run:
+                answered = time.time()
+                if run:
+                    # One file per run of a tick: two runs of one tick would make two files.
+                    path = os.path.join(runs_dir, f"tick{i:04d}-pid{os.getpid()}")
+                    with open(path, "w") as f:
+                        f.write("ran")
+            done = time.time()
+            fired.append((i, at, answered, done, None if run else str(run.holder)))
+            _announce(sync_dir, f"done-{i}-{os.getpid()}", str(done))
+        return fired
 
-            if job():
-                ran += 1
-        return ran
+
+def _due(sync_dir: str, tick: int, within: float = 120.0) -> float:
+    """When ``tick`` is due, once the test has announced it; gives up when the test has
+    (an ``abort`` file) or after ``within`` s, so that a failed test leaves no worker waiting."""
+    path = os.path.join(sync_dir, f"tick-{tick}")
+    give_up = time.monotonic() + within
+    while not os.path.exists(path):
+        if os.path.exists(os.path.join(sync_dir, "abort")) or time.monotonic() > give_up:
+            raise TimeoutError(f"tick {tick} was never announced")
+        time.sleep(0.005)
+    with open(path) as f:
+        return float(f.read())
+
+
+def _announce(directory: str, name: str, text: str) -> None:
+    """Write ``directory/name`` atomically: a reader never sees it half written (the
+    temporary name starts with a dot, so that no glob of the final names matches it)."""
+    path, temporary = os.path.join(directory, name), os.path.join(directory, f".{name}")
+    with open(temporary, "w") as f:
+        f.write(text)
+    os.rename(temporary, path)
 
 
 def crashing_holder(url: str, name: str, at_most_s: float, ready_path: str) -> None:
