@@ -18,10 +18,10 @@ of the lifecycle and read cells (``--variants`` picks a subset; ``direct`` alway
 - ``direct-psycopg``: ``pooler="transaction"`` straight to the server (the psycopg wire of the
   next variant without the pooler: what the pooler itself costs is the gap between the two);
 - ``pgbouncer-tx``: ``pooler="transaction"`` through a PgBouncer started here (transaction
-  mode, ``--pool-size`` server connections, its default settings): psycopg, one simple-protocol
-  round trip per call on the connection's libpq handle (`psycopg_wire`), the server-side
-  timeouts set inside it, the hot statements as calls of the plpgsql functions of revision
-  0005 (plans kept per server session);
+  mode, ``--pool-size`` server connections (default 20), its default settings): psycopg,
+  one simple-protocol round trip per call on the connection's libpq handle (`psycopg_wire`),
+  the server-side timeouts set inside it, the hot statements as calls of the plpgsql
+  functions of revision 0005 (plans kept per server session);
 - ``pgbouncer-tx-plain``: the same against a database at revision 0004, without the server
   functions of revision 0005 (the provider falls back to the plain statements, each parsed and
   planned by the server on every call): what ``pgbouncer-tx`` cost before 0005;
@@ -61,8 +61,8 @@ statement costs on every call.
 
 The headline (printed last, and ``headline`` in the JSON) is the issue's table: per lifecycle
 and read cell, ``pgbouncer-tx`` ops/s, ``pgbouncer-tx / direct`` and ``pgbouncer-tx / redis``,
-each the ratio of the medians with its range over the rounds (each round against that round's
-run of the other variant).
+each the median of the per-round ratios (each round against that round's run of the other
+variant, the same moment's machine noise; ``round_median`` in the JSON) and their range.
 
 Rounds alternate the variants within each cell (reversed every other round) so machine noise
 hits them alike. Prints a table per cell and variant: median ops/s over the rounds, ``x
@@ -426,9 +426,13 @@ def paired(results: Results, cell: str, name: str, base: str) -> dict[str, Any]:
     rates, bases = results.rates.get((cell, name), {}), results.rates.get((cell, base), {})
     ratios = [rate / bases[r] for r, rate in rates.items() if r in bases]
     if not ratios:
-        return {"ratio_to_direct": None, "ratio_range": None}
+        return {"ratio_to_direct": None, "ratio_range": None, "round_median": None}
     ratio = statistics.median(rates.values()) / statistics.median(bases.values())
-    return {"ratio_to_direct": ratio, "ratio_range": [min(ratios), max(ratios)]}
+    return {
+        "ratio_to_direct": ratio,
+        "ratio_range": [min(ratios), max(ratios)],
+        "round_median": statistics.median(ratios),
+    }
 
 
 def row(results: Results, cell: str, name: str) -> dict[str, Any]:
@@ -446,12 +450,12 @@ def row(results: Results, cell: str, name: str) -> dict[str, Any]:
     }
 
 
-def _ratio(entry: dict[str, Any]) -> str:
+def _ratio(entry: dict[str, Any], key: str = "ratio_to_direct") -> str:
     """``0.85 0.80-0.90`` (or ``n/a`` without a base)."""
-    if entry["ratio_to_direct"] is None:
+    if entry[key] is None:
         return f"{'n/a':>5s} {'':11s}"
     low, high = entry["ratio_range"]
-    return f"{entry['ratio_to_direct']:5.2f} {low:5.2f}-{high:4.2f}"
+    return f"{entry[key]:5.2f} {low:5.2f}-{high:4.2f}"
 
 
 def report(results: Results, concurrencies: list[int], variants: list[str]) -> dict[str, Any]:
@@ -504,7 +508,9 @@ def info(results: Results, table: dict[str, Any], concurrencies: list[int]) -> d
 
 def headline(results: Results, concurrencies: list[int]) -> dict[str, Any]:
     """Print and return the issue's table: per lifecycle and read cell, ``pgbouncer-tx``'s
-    median ops/s, its ratio to ``direct`` and to ``redis`` (each with its range over rounds)."""
+    median ops/s, its ratio to ``direct`` and to ``redis``: the median of the per-round
+    ratios (each round against the same round's run: the same moment's machine noise), and
+    their range."""
     lines: dict[str, Any] = {}
     print(f"\n{'cell':14s} {'pooled ops/s':>12s}  {'pooled / direct':>17s}", end="")
     print(f"  {'pooled / redis':>17s}")
@@ -521,8 +527,9 @@ def headline(results: Results, concurrencies: list[int]) -> dict[str, Any]:
             }
             lines[cell] = entry
             print(
-                f"{cell:14s} {entry['pooled_ops_per_s']:12.0f}  {_ratio(entry['pooled_direct'])}"
-                f"  {_ratio(entry['pooled_redis'])}"
+                f"{cell:14s} {entry['pooled_ops_per_s']:12.0f}"
+                f"  {_ratio(entry['pooled_direct'], 'round_median')}"
+                f"  {_ratio(entry['pooled_redis'], 'round_median')}"
             )
     return lines
 

@@ -208,7 +208,7 @@ def test_the_hot_statements_run_as_the_server_functions_of_revision_0006(
     migrate.upgrade(url)
     name = make_url(url).database
     with direct(url) as conn:
-        conn.execute(f'ALTER DATABASE "{name}" SET track_functions = \'all\'')
+        conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
     with SqlLeaseProvider.from_url(
         through(tx_bouncer, url), timeout=10, pooler="transaction"
     ) as provider:
