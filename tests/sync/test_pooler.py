@@ -31,6 +31,7 @@ from sql_lease.sync import SqlLeaseProvider
 from ..infra._grants import check_acquires
 from ..infra.pgbouncer import PgBouncer
 from ..infra.test_pgbouncer import check_no_timeouts_left, check_pooler_arguments
+from .test_executor_reconnect import _admin, _app, _pids, _terminate
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(60)]
 
@@ -327,3 +328,28 @@ def test_session_pooling_works_and_waiters_listen(database_url: str) -> None:
         assert listener is not None  # LISTEN works through session pooling
         _woken(waiter_side, holder_side, "session\0k")
         assert listener.notifications > 0
+
+
+def test_pooler_mode_replaces_connections_the_server_ended(database_url: str) -> None:
+    # Pooler mode straight to the server (its calls go through libpq's PQexec): every backend
+    # of the provider is terminated between calls; the next read runs again on a fresh
+    # connection, the next write finds its connection dead before sending: both answer.
+    app = _app()
+    url = make_url(database_url).update_query_dict({"application_name": app})
+    with (
+        SqlLeaseProvider.from_url(
+            url.render_as_string(hide_password=False), timeout=10, pooler="transaction"
+        ) as provider,
+        _admin(database_url) as admin,
+    ):
+        assert provider.acquire_lease("ended", "a", LONG).acquired
+        for call in (
+            lambda: provider.get_lease_owner("ended"),
+            lambda: provider.renew_lease("ended", "a", LONG),
+        ):
+            pids = _pids(admin, app)
+            assert pids
+            _terminate(admin, pids)
+            assert call() in ("a", True)
+        provider.release_lease("ended", "a")
+        assert provider.get_lease_owner("ended") is None
