@@ -1,6 +1,6 @@
 """Throughput through PgBouncer transaction pooling vs direct, side by side, per concurrency.
 
-    python benchmarks/bench_pooler.py                 # 3 alternating rounds of 2 s, clients 1,16,64
+    python benchmarks/bench_pooler.py                 # 5 alternating rounds of 2 s, clients 1,16,64
     python benchmarks/bench_pooler.py --quick         # smoke run: 1 round of 0.3 s, clients 1,16
     python benchmarks/bench_pooler.py --rounds 6 --duration 5 --clients 4,32 --json out.json
 
@@ -18,16 +18,20 @@ of the lifecycle and read cells (``--variants`` picks a subset; ``direct`` alway
 - ``direct-psycopg``: ``pooler="transaction"`` straight to the server (the psycopg wire of the
   next variant without the pooler: what the pooler itself costs is the gap between the two);
 - ``pgbouncer-tx``: ``pooler="transaction"`` through a PgBouncer started here (transaction
-  mode, ``--pool-size`` server connections, its default settings): psycopg, one simple-protocol
-  round trip per call on the connection's libpq handle (`psycopg_wire`), the server-side
-  timeouts set inside it, the hot statements as calls of the plpgsql functions of revision
-  0005 (plans kept per server session);
+  mode, ``--pool-size`` server connections (default 20), its default settings): psycopg,
+  one simple-protocol round trip per call on the connection's libpq handle (`psycopg_wire`),
+  the server-side timeouts set inside it, the hot statements as calls of the plpgsql
+  functions of revision 0005 (plans kept per server session);
 - ``pgbouncer-tx-plain``: the same against a database at revision 0004, without the server
   functions of revision 0005 (the provider falls back to the plain statements, each parsed and
   planned by the server on every call): what ``pgbouncer-tx`` cost before 0005;
 - ``pgbouncer-tx-asyncpg``: the asyncpg pooler mode (``pooler="session"`` settings: unnamed
   statements, two round trips each, no server-side timeouts) through the same PgBouncer; what
-  ``pooler="transaction"`` did before it ran on psycopg.
+  ``pooler="transaction"`` did before it ran on psycopg;
+- ``redis``: the Redis/Lua reference of ``bench.py`` (``_impls.RedisLuaLeases``: ``SET NX PX``
+  and compare-and-act Lua scripts as Mastra's provider, redis-py asyncio with hiredis, a pool
+  of N connections) on ``--redis-url``; its ``server`` CPU column is the ``redis-server``
+  process's.
 
 The ``raw_cN`` cells (always run) measure the bare driver cost of one round trip of the read
 statement, the catalogue's ``get_owner`` SQL, on keys held for the whole run:
@@ -54,6 +58,11 @@ hide it. It is not a bound on the library everywhere: at 16 and 64 callers the l
 coalesces concurrent calls into shared statements, so ``pgbouncer-tx`` can beat it there, and
 the plpgsql functions of revision 0005 spare the server part of the planning the plain
 statement costs on every call.
+
+The headline (printed last, and ``headline`` in the JSON) is the issue's table: per lifecycle
+and read cell, ``pgbouncer-tx`` ops/s, ``pgbouncer-tx / direct`` and ``pgbouncer-tx / redis``,
+each the median of the per-round ratios (each round against that round's run of the other
+variant, the same moment's machine noise; ``round_median`` in the JSON) and their range.
 
 Rounds alternate the variants within each cell (reversed every other round) so machine noise
 hits them alike. Prints a table per cell and variant: median ops/s over the rounds, ``x
@@ -85,11 +94,17 @@ from typing import Any
 
 import asyncpg
 import psycopg
+import redis
 from psycopg import pq
 from psycopg.adapt import Transformer
+from redis.exceptions import RedisError
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _impls import RedisLuaLeases
 
 from sql_lease import LeaseError, SqlLeaseProvider, migrate
 from sql_lease.backends.postgres.catalogue import build_catalogue
@@ -103,11 +118,13 @@ VARIANTS = (
     "pgbouncer-tx",
     "pgbouncer-tx-plain",
     "pgbouncer-tx-asyncpg",
+    "redis",
 )
 RAW = ("raw-direct", "raw-direct-simple", "raw-pgbouncer")
 GET_OWNER = build_catalogue("leases", None).get_owner.sql
 RAW_TTL_MS = 24 * 3600 * 1000  # the raw keys stay held for the whole run
-FAILURES = (LeaseError, asyncpg.PostgresError, psycopg.Error, OSError)
+FAILURES = (LeaseError, asyncpg.PostgresError, psycopg.Error, OSError, RedisError)
+REDIS_PREFIX = f"sql_lease_bench_pooler:{uuid.uuid4().hex[:8]}:"  # this run's Redis keys
 
 Costs = tuple[float, float, float]  # CPU us per operation: client, server, pooler
 Measured = tuple[float, Costs]  # ops/s, CPU per operation
@@ -137,16 +154,24 @@ class Cpu:
     counts whole; one that ended during it loses its share (PgBouncer closes idle server
     connections), never more."""
 
-    def __init__(self, admin: dict[str, Any], dbs: list[str], bouncer_pid: int | None) -> None:
+    def __init__(
+        self,
+        admin: dict[str, Any],
+        dbs: list[str],
+        bouncer_pid: int | None,
+        redis_pid: int | None = None,
+    ) -> None:
         self.admin, self.dbs = admin, dbs
         self.pooler = [bouncer_pid] if bouncer_pid else []
+        self.redis = [redis_pid] if redis_pid else []
 
     def backends(self) -> list[int]:
+        """The bench databases' server backends, and ``redis-server`` (idle but in its runs)."""
         with psycopg.connect(**self.admin, autocommit=True) as conn:
             rows = conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s)", (self.dbs,)
             ).fetchall()
-        return [int(pid) for (pid,) in rows]
+        return [int(pid) for (pid,) in rows] + self.redis
 
     def snapshot(self) -> Ticks:
         return time.process_time(), _ticks(self.backends()), _ticks(self.pooler)
@@ -206,10 +231,15 @@ async def measure(
     seconds: float,
     cpu: Cpu | None = None,
 ) -> Measured:
-    """One run of a library cell (``lifecycle`` or ``read``) on a fresh provider."""
-    provider = SqlLeaseProvider.from_url(
-        url, timeout=10, pool_size=clients, max_overflow=0, **options
-    )
+    """One run of a library cell (``lifecycle`` or ``read``) on a fresh provider (the
+    Redis/Lua reference for a ``redis://`` URL)."""
+    provider: SqlLeaseProvider | RedisLuaLeases
+    if url.startswith("redis"):
+        provider = RedisLuaLeases.open(url, REDIS_PREFIX, clients)
+    else:
+        provider = SqlLeaseProvider.from_url(
+            url, timeout=10, pool_size=clients, max_overflow=0, **options
+        )
 
     async def client(n: int, clock: Clock) -> None:
         key, owner = f"bench-{cell}-{n}", f"owner-{n}"
@@ -396,9 +426,13 @@ def paired(results: Results, cell: str, name: str, base: str) -> dict[str, Any]:
     rates, bases = results.rates.get((cell, name), {}), results.rates.get((cell, base), {})
     ratios = [rate / bases[r] for r, rate in rates.items() if r in bases]
     if not ratios:
-        return {"ratio_to_direct": None, "ratio_range": None}
+        return {"ratio_to_direct": None, "ratio_range": None, "round_median": None}
     ratio = statistics.median(rates.values()) / statistics.median(bases.values())
-    return {"ratio_to_direct": ratio, "ratio_range": [min(ratios), max(ratios)]}
+    return {
+        "ratio_to_direct": ratio,
+        "ratio_range": [min(ratios), max(ratios)],
+        "round_median": statistics.median(ratios),
+    }
 
 
 def row(results: Results, cell: str, name: str) -> dict[str, Any]:
@@ -416,12 +450,12 @@ def row(results: Results, cell: str, name: str) -> dict[str, Any]:
     }
 
 
-def _ratio(entry: dict[str, Any]) -> str:
+def _ratio(entry: dict[str, Any], key: str = "ratio_to_direct") -> str:
     """``0.85 0.80-0.90`` (or ``n/a`` without a base)."""
-    if entry["ratio_to_direct"] is None:
+    if entry[key] is None:
         return f"{'n/a':>5s} {'':11s}"
     low, high = entry["ratio_range"]
-    return f"{entry['ratio_to_direct']:5.2f} {low:5.2f}-{high:4.2f}"
+    return f"{entry[key]:5.2f} {low:5.2f}-{high:4.2f}"
 
 
 def report(results: Results, concurrencies: list[int], variants: list[str]) -> dict[str, Any]:
@@ -472,6 +506,59 @@ def info(results: Results, table: dict[str, Any], concurrencies: list[int]) -> d
     return lines
 
 
+def headline(results: Results, concurrencies: list[int]) -> dict[str, Any]:
+    """Print and return the issue's table: per lifecycle and read cell, ``pgbouncer-tx``'s
+    median ops/s, its ratio to ``direct`` and to ``redis``: the median of the per-round
+    ratios (each round against the same round's run: the same moment's machine noise), and
+    their range."""
+    lines: dict[str, Any] = {}
+    print(f"\n{'cell':14s} {'pooled ops/s':>12s}  {'pooled / direct':>17s}", end="")
+    print(f"  {'pooled / redis':>17s}")
+    for clients in concurrencies:
+        for kind in CELLS:
+            cell = f"{kind}_c{clients}"
+            rates = results.rates.get((cell, "pgbouncer-tx"))
+            if not rates:
+                continue
+            entry = {
+                "pooled_ops_per_s": statistics.median(rates.values()),
+                "pooled_direct": paired(results, cell, "pgbouncer-tx", "direct"),
+                "pooled_redis": paired(results, cell, "pgbouncer-tx", "redis"),
+            }
+            lines[cell] = entry
+            print(
+                f"{cell:14s} {entry['pooled_ops_per_s']:12.0f}"
+                f"  {_ratio(entry['pooled_direct'], 'round_median')}"
+                f"  {_ratio(entry['pooled_redis'], 'round_median')}"
+            )
+    return lines
+
+
+def redis_pid(url: str) -> int | None:
+    """The ``redis-server`` process id (for its CPU column), None when Redis is not there."""
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        try:
+            return int(client.info("server")["process_id"])
+        finally:
+            client.close()
+    except RedisError:
+        return None
+
+
+def forget_redis_keys(url: str) -> None:
+    """Delete this run's Redis keys (the read cells hold theirs for 10 minutes)."""
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        try:
+            for key in client.scan_iter(match=REDIS_PREFIX + "*", count=1000):
+                client.delete(key)
+        finally:
+            client.close()
+    except RedisError:
+        pass
+
+
 def concurrency_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
@@ -485,16 +572,17 @@ def concurrency_list(text: str) -> list[int]:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
-    ap.add_argument("--rounds", type=int, help="default 3 (1 with --quick)")
+    ap.add_argument("--rounds", type=int, help="default 5 (1 with --quick)")
     ap.add_argument("--duration", type=float, help="seconds per run: 2 (0.3 with --quick)")
     ap.add_argument("--clients", type=concurrency_list, help="default 1,16,64 (1,16 --quick)")
-    ap.add_argument("--pool-size", type=int, default=10)
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    ap.add_argument("--pool-size", type=int, default=20)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", help="comma-separated subset of the variants ('direct' first)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of 0.3 s, 1,16")
     args = ap.parse_args()
     quick = args.quick
-    args.rounds = args.rounds or (1 if quick else 3)
+    args.rounds = args.rounds or (1 if quick else 5)
     args.duration = args.duration or (0.3 if quick else 2.0)
     args.clients = args.clients or ([1, 16] if quick else [1, 16, 64])
     chosen = args.variants.split(",") if args.variants else list(VARIANTS)
@@ -504,9 +592,12 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def targets(direct: str, bouncer: PgBouncer, db: str, old: str) -> dict[str, Target]:
+def targets(
+    direct: str, bouncer: PgBouncer, db: str, old: str, redis_url: str
+) -> dict[str, Target]:
     pooled = bouncer.url(db)
     return {
+        "redis": (redis_url, {}),
         "direct": (direct, {}),
         "direct-unnamed": (direct, {"connect_args": {"statement_cache_size": 0}}),
         "direct-psycopg": (direct, {"pooler": "transaction"}),
@@ -549,27 +640,37 @@ def main() -> int:
         bouncer.start()
         pid_file = bouncer.base / "pgbouncer.pid"
         bouncer_pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
-        cpu = Cpu(admin, [db, old], bouncer_pid)
-        results = run_rounds(args, args.variants, targets(direct, bouncer, db, old), cpu)
+        cpu = Cpu(admin, [db, old], bouncer_pid, redis_pid(args.redis_url))
+        chosen = targets(direct, bouncer, db, old, args.redis_url)
+        results = run_rounds(args, args.variants, chosen, cpu)
     finally:
         bouncer.stop()
+        forget_redis_keys(args.redis_url)
         with psycopg.connect(**admin, autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
             conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
     load.append(os.getloadavg())
     table = report(results, args.clients, args.variants)
     lines = info(results, table, args.clients)
+    top = headline(results, args.clients)
     elapsed = time.monotonic() - started
     print(f"\n{elapsed:.0f} s; load average before {load[0][0]:.2f}, after {load[1][0]:.2f}")
     meta = {
         "clients": args.clients,
         "pool_size": args.pool_size,
+        "redis_url": args.redis_url,
         "duration_s": args.duration,
         "rounds": args.rounds,
         "load_average_1min": [load[0][0], load[1][0]],
     }
     if args.json:
-        document = {"settings": meta, "results": table, "info": lines, "failures": results.failures}
+        document = {
+            "settings": meta,
+            "headline": top,
+            "results": table,
+            "info": lines,
+            "failures": results.failures,
+        }
         args.json.write_text(json.dumps(document, indent=2) + "\n")
     return 0
 

@@ -1,7 +1,8 @@
 """`benchmarks/bench_pooler.py --quick` runs every cell and variant through a real PgBouncer.
 
 No ratio is asserted (timings on a shared machine prove nothing): only that each variant of
-each cell measured something, that no run failed, and that the JSON has the info lines.
+each cell measured something (Redis too), that no run failed, and that the JSON has the info
+lines and the headline (pooled / direct, pooled / Redis).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _declared() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def test_the_quick_run_measures_every_cell_and_variant(tmp_path: Path, pg_server: object) -> None:
     out = tmp_path / "pooler.json"
     variants, raw = _declared()
-    assert len(variants) == 6 and len(raw) == 3
+    assert len(variants) == 7 and len(raw) == 3 and "redis" in variants
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--duration", "0.1", "--json", str(out)],
         cwd=ROOT,
@@ -57,4 +58,8 @@ def test_the_quick_run_measures_every_cell_and_variant(tmp_path: Path, pg_server
         for variant in raw:
             assert results[f"raw_c{clients}/{variant}"]["median_ops_per_s"] > 0
         assert f"raw_c{clients}" in data["info"]
+        for cell in ("lifecycle", "read"):
+            line = data["headline"][f"{cell}_c{clients}"]
+            assert line["pooled_direct"]["round_median"] > 0
+            assert line["pooled_redis"]["round_median"] > 0
     assert "info raw_c16" in done.stdout

@@ -31,6 +31,7 @@ from sql_lease.sync import SqlLeaseProvider
 from ..infra._grants import check_acquires
 from ..infra.pgbouncer import PgBouncer
 from ..infra.test_pgbouncer import check_no_timeouts_left, check_pooler_arguments
+from .test_executor_reconnect import _admin, _app, _pids, _terminate
 
 pytestmark = [pytest.mark.infra, pytest.mark.timeout(60)]
 
@@ -199,6 +200,45 @@ def test_before_revision_0005_the_plain_statements_run(
     assert "0005" in warned[0].getMessage()
 
 
+def test_the_hot_statements_run_as_the_server_functions_of_revision_0006(
+    tx_bouncer: PgBouncer, make_database: Callable[[], str]
+) -> None:
+    # The server counts each function's calls (track_functions, set for the database before
+    # its first connection; the counts reach pg_stat_user_functions when the backends exit).
+    url = make_database()
+    migrate.upgrade(url)
+    name = make_url(url).database
+    with direct(url) as conn:
+        conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
+    with SqlLeaseProvider.from_url(
+        through(tx_bouncer, url), timeout=10, pooler="transaction"
+    ) as provider:
+        assert provider.acquire_lease("fn", "a", 5000).acquired
+        assert provider.get_lease_owner("fn") == "a"
+        assert provider.renew_lease("fn", "a", 5000)
+        lease = provider.get_lease("fn")
+        assert lease is not None and lease.owner == "a"
+        assert provider.transfer_lease("fn", "a", "b", 5000)
+        provider.release_lease("fn", "b")
+    with direct(url) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+
+        def called() -> set[str]:
+            rows = conn.execute(
+                "SELECT funcname FROM pg_stat_user_functions WHERE schemaname = 'public'"
+            ).fetchall()
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            return {funcname for (funcname,) in rows}
+
+        wanted = {f"leases_{op}" for op in ("acquire", "get_owner", "renew", "get_lease")}
+        wanted |= {"leases_transfer", "leases_release"}
+        eventually(lambda: wanted <= called(), f"calls of {sorted(wanted)}")
+
+
 def _woken(waiter_side: SqlLeaseProvider, holder_side: SqlLeaseProvider, key: str) -> Any:
     """``waiter_side`` waits for ``key`` held by ``holder_side``, which then releases it; the
     waiter's result (taken before the holder's lease would have expired)."""
@@ -288,3 +328,28 @@ def test_session_pooling_works_and_waiters_listen(database_url: str) -> None:
         assert listener is not None  # LISTEN works through session pooling
         _woken(waiter_side, holder_side, "session\0k")
         assert listener.notifications > 0
+
+
+def test_pooler_mode_replaces_connections_the_server_ended(database_url: str) -> None:
+    # Pooler mode straight to the server (its calls go through libpq's PQexec): every backend
+    # of the provider is terminated between calls; the next read runs again on a fresh
+    # connection, the next write finds its connection dead before sending: both answer.
+    app = _app()
+    url = make_url(database_url).update_query_dict({"application_name": app})
+    with (
+        SqlLeaseProvider.from_url(
+            url.render_as_string(hide_password=False), timeout=10, pooler="transaction"
+        ) as provider,
+        _admin(database_url) as admin,
+    ):
+        assert provider.acquire_lease("ended", "a", LONG).acquired
+        for call in (
+            lambda: provider.get_lease_owner("ended"),
+            lambda: provider.renew_lease("ended", "a", LONG),
+        ):
+            pids = _pids(admin, app)
+            assert pids
+            _terminate(admin, pids)
+            assert call() in ("a", True)
+        provider.release_lease("ended", "a")
+        assert provider.get_lease_owner("ended") is None

@@ -15,6 +15,10 @@ cancelled while its statement runs returns at once (`Exchange.run` re-raises at 
 statement is then cancelled on the server and its results drained in a task of its own
 (`Exchange.abandon`, bounded by ``grace``), which `psycopg_driver.settle` awaits before the
 connection is dropped.
+
+`Blocking` is the same for a sync connection (the sync provider's pooler mode): the query
+goes through libpq's ``PQexec``, which waits with the GIL released and returns the last
+statement's result, or the first failed one's (PQexec stops there).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from psycopg.errors import error_from_result
 from .psycopg_values import PinnedContext
 from .psycopg_values import literal as setting_proof
 
-__all__ = ["Exchange", "Template", "render", "template"]
+__all__ = ["Blocking", "Exchange", "Template", "render", "template"]
 
 #: A statement as byte chunks around its placeholders, and which argument each one takes.
 Template = tuple[bytes, tuple[bytes, ...], tuple[int, ...]]
@@ -40,6 +44,7 @@ Template = tuple[bytes, tuple[bytes, ...], tuple[int, ...]]
 _PLACEHOLDER: Final = re.compile(r"\$(\d+)")  # the catalogue's: never inside a literal
 _TUPLES_OK: Final = int(pq.ExecStatus.TUPLES_OK)
 _FATAL_ERROR: Final = int(pq.ExecStatus.FATAL_ERROR)
+_BAD: Final = int(pq.ConnStatus.BAD)
 
 
 def template(sql: str, prefix: str, encoding: str) -> Template:
@@ -150,3 +155,34 @@ class Exchange:
                     return
         finally:
             loop.remove_writer(fd)
+
+
+class Blocking:
+    """A sync psycopg connection's libpq handle, one query at a time (module docstring)."""
+
+    __slots__ = ("_pgconn", "_tx", "encoding", "literal")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._pgconn = conn.pgconn
+        self._tx = Transformer(PinnedContext(conn))
+        #: psycopg's literal, for a type `psycopg_values.literal` does not cover.
+        self.literal: Final = self._tx.as_literal
+        self.encoding: Final = conn.info.encoding
+
+    def run(self, query: bytes) -> list[Any]:
+        """Send ``query`` and return the rows of its last statement (none if it has none);
+        a failed statement raises psycopg's exception, a lost connection its
+        `psycopg.OperationalError`."""
+        pgconn = self._pgconn
+        result = pgconn.exec_(query)  # raises OperationalError when libpq has no result
+        if pgconn.status == _BAD:
+            message = pgconn.get_error_message(self.encoding)
+            raise psycopg.OperationalError(f"the connection was lost: {message}")
+        status = result.status
+        if status == _FATAL_ERROR:
+            raise error_from_result(result, encoding=self.encoding)
+        if status != _TUPLES_OK:
+            return []
+        tx = self._tx
+        tx.set_pgresult(result)
+        return tx.load_rows(0, result.ntuples, tuple)

@@ -16,7 +16,9 @@ cancel request, then by shutting the socket if the network is stalled).
 
 Behind a pooler (``from_url(..., pooler=...)``) nothing is set at connect: each call is one
 simple-protocol query that sets the timeouts for itself (``SET LOCAL``) and calls the table's
-server function, its values bound on the client (`pooler_text`, as the async pooler mode).
+server function, its values bound on the client (`pooler_text`, as the async pooler mode),
+sent without a cursor (`psycopg_wire.Blocking`: libpq's ``PQexec``; a cursor's generators
+and result bookkeeping cost more client CPU than the call itself).
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ import contextlib
 import select
 import socket
 import threading
-from collections.abc import Callable
 from time import monotonic
 from typing import Any, Final, cast
 
 import psycopg
 import psycopg_pool
-from psycopg.adapt import Transformer
 from psycopg.pq import ExecStatus
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -42,7 +42,7 @@ from .._thread_deadlines import Deadlines
 from .errors import classify, translate
 from .pooler_text import PoolerStatements
 from .psycopg_values import pinned_cursor
-from .psycopg_wire import render
+from .psycopg_wire import Blocking, render
 from .sync_pool_report import POOL_NAME, PROBE_S, ConnectReport, quiet_pool_log, reporting_class
 
 __all__ = [
@@ -58,7 +58,7 @@ _MAX_CHECKOUTS: Final = 64  # dead pooled connections skipped before giving up
 _CANCEL_S: Final = 1.0  # how long a cancel request may take before the socket is shut
 _TUPLES_OK: Final = int(ExecStatus.TUPLES_OK)
 _CURSOR: Final = "sql_lease.cursor"  # where a caller's engine connection keeps its cursor
-_LITERAL: Final = "sql_lease.literal"  # and its literal (pooler mode)
+_WIRE: Final = "sql_lease.wire"  # and its libpq handle (pooler mode)
 
 
 class PooledConnection(psycopg.Connection[Any]):
@@ -69,8 +69,8 @@ class PooledConnection(psycopg.Connection[Any]):
     """
 
     statement_cursor: psycopg.RawCursor[Any] | None = None
-    #: psycopg's literal for a value on this connection (pooler mode binds on the client).
-    statement_literal: Callable[[Any], bytes] | None = None
+    #: Pooler mode: the connection's libpq handle, used without a cursor.
+    statement_wire: Blocking | None = None
 
 
 def is_broken(exc: BaseException) -> bool:
@@ -130,13 +130,13 @@ class PoolPgSource:
             cur = pooled.statement_cursor = pinned_cursor(conn)
         return cur
 
-    def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
-        """psycopg's ``as_literal`` for ``conn`` (made on first use)."""
+    def wire(self, conn: psycopg.Connection[Any], token: object) -> Blocking:
+        """Pooler mode: ``conn``'s libpq handle (made on first use)."""
         pooled = cast(PooledConnection, conn)
-        literal = pooled.statement_literal
-        if literal is None:
-            literal = pooled.statement_literal = Transformer(conn).as_literal
-        return literal
+        wire = pooled.statement_wire
+        if wire is None:
+            wire = pooled.statement_wire = Blocking(conn)
+        return wire
 
     def forget(self, conn: psycopg.Connection[Any], token: object) -> None:
         """Drop the cursor of ``conn`` after a failed statement (the next call makes one)."""
@@ -181,11 +181,11 @@ class EnginePgSource:
             cur = info[_CURSOR] = pinned_cursor(conn)
         return cur
 
-    def literal(self, conn: psycopg.Connection[Any], token: object) -> Callable[[Any], bytes]:
+    def wire(self, conn: psycopg.Connection[Any], token: object) -> Blocking:
         info = cast("tuple[PoolProxiedConnection, Any]", token)[0].info
-        found: tuple[psycopg.Connection[Any], Callable[[Any], bytes]] | None = info.get(_LITERAL)
+        found: tuple[psycopg.Connection[Any], Blocking] | None = info.get(_WIRE)
         if found is None or found[0] is not conn:
-            found = info[_LITERAL] = (conn, Transformer(conn).as_literal)
+            found = info[_WIRE] = (conn, Blocking(conn))
         return found[1]
 
     def forget(self, conn: psycopg.Connection[Any], token: object) -> None:
@@ -244,28 +244,22 @@ def _cancel(conn: psycopg.Connection[Any], ended: threading.Event) -> None:
                 sock.close()
 
 
-def _execute_text(
-    cur: psycopg.RawCursor[Any],
-    statements: PoolerStatements,
-    sql: str,
-    args: tuple[object, ...],
-    literal: Callable[[Any], bytes],
-) -> None:
+def _run_text(
+    wire: Blocking, statements: PoolerStatements, sql: str, args: tuple[object, ...]
+) -> list[tuple[Any, ...]]:
     """Pooler mode: ``sql`` with ``args`` bound on the client, as one simple query with the
-    server-side timeouts set inside it; the cursor is left on the statement's own result."""
-    encoding = cur.connection.info.encoding
+    server-side timeouts set inside it; the rows of the statement itself."""
+    encoding = wire.encoding
     cache = statements.cache(encoding)
     found = cache.get(sql) or statements.template(cache, sql, encoding)
     try:
-        cur.execute(render(found, args, literal), prepare=False)
+        return wire.run(render(found, args, wire.literal))
     except psycopg.errors.UndefinedFunction as exc:
-        # Raised while resolving the function call, before anything ran: the plain
-        # statement is safe to send instead.
+        # Raised while resolving the function call, before anything ran (the implicit
+        # transaction is rolled back whatever ran): the plain statement is safe to send.
         if not statements.fall_back(sql, exc):
             raise
-        cur.execute(render(statements.template(cache, sql, encoding), args, literal), prepare=False)
-    while cur.nextset():  # past the two SET LOCAL results
-        pass
+        return wire.run(render(statements.template(cache, sql, encoding), args, wire.literal))
 
 
 class PgExecutor:
@@ -335,17 +329,18 @@ class PgExecutor:
                 continue
             call = deadlines.start(deadline, _interrupt, conn)
             try:
-                cur = source.cursor(conn, token)
-                if pooled is None:
+                if pooled is not None:
+                    rows = _run_text(source.wire(conn, token), pooled, sql, args)
+                else:
+                    cur = source.cursor(conn, token)
                     cur.execute(sql, args, prepare=False, binary=True)
-                else:
-                    _execute_text(cur, pooled, sql, args, source.literal(conn, token))
-                # `description` would build column objects: the result's status says as much.
-                res = cur.pgresult
-                if res is not None and (res.nfields or res.status == _TUPLES_OK):
-                    rows = cur.fetchall()
-                else:
-                    rows = []
+                    # `description` would build column objects: the result's status says
+                    # as much.
+                    res = cur.pgresult
+                    if res is not None and (res.nfields or res.status == _TUPLES_OK):
+                        rows = cur.fetchall()
+                    else:
+                        rows = []
             except BaseException as exc:
                 expired = deadlines.finish(call)
                 source.forget(conn, token)
