@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from sql_lease import AcquireResult, LeaseProvider, SqlLeaseProvider
-from sql_lease._contention import ContentionHints
+from sql_lease._core.contention import ContentionHints
 from sql_lease.sync._catalogue import Statements, build_statements
 
 __all__ = [

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
+from ._core.validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
 from .backends.postgres.catalogue import HOME_SQL, build_catalogue
 from .catalogue import Statement
 from .schema import DEFAULT_TABLE

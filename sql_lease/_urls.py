@@ -10,8 +10,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._libpq import DSN_PREFIX, connect_arguments
 from .backends import BACKEND_PACKAGES, backend_for_scheme, backend_named
+from .backends.postgres.libpq import DSN_PREFIX, connect_arguments
 from .backends.postgres.urls import SCHEMES as PG_SCHEMES
 from .backends.postgres.urls import TWO_ATS, host_port
 from .errors import LeaseValueError

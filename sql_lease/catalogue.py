@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
-from ._contract import ForeignLease, Lease
+from ._core.contract import ForeignLease, Lease
 from .capabilities import Holder, Released, Renewal
 from .errors import LeaseForeignRowError
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
-from .._dberrors import Failure
+from .._core.failures import Failure
 from ..capabilities import WakeupSink, WakeupSource
 from ..catalogue import Catalogue
 from ..errors import LeaseDatabaseError, LeaseValueError

@@ -1,6 +1,6 @@
 """What the sync `hold` and `wait_for_lease` need from a provider, as small typed protocols.
 
-The blocking counterparts of `sql_lease._contract.LeaseProvider` and
+The blocking counterparts of `sql_lease._core.contract.LeaseProvider` and
 `sql_lease.capabilities`, detected with ``isinstance`` (never by looking for names): a provider
 with only the five contract methods works with a per-lease renewal and polling; one with
 `SyncBatchRenewal` is renewed in one statement per TTL, one that is `SyncWantMarking` (with
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .._contract import AcquireResult
+from .._core.contract import AcquireResult
 
 __all__ = [
     "SyncBatchRenewal",

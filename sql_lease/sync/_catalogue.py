@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from sqlalchemy import TextClause
 
-from .._guard import guard_clause
+from .._sqlprovider.guard import guard_clause
 from ..backends.postgres.catalogue import build_catalogue as build_postgres
 from ..backends.postgres.catalogue import guard_sql
 from ..backends.sqlite.catalogue import build_catalogue as build_sqlite

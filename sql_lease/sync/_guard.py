@@ -1,6 +1,6 @@
 """Fencing inside the caller's transaction, sync: ``provider.guard(conn, key, fence)``.
 
-The async guard's statement (`sql_lease._guard.guard_statement`) on a SQLAlchemy sync
+The async guard's statement (`sql_lease._sqlprovider.guard.guard_statement`) on a SQLAlchemy sync
 `Connection`: the live lease row of ``key`` with ``fence`` is read ``FOR SHARE``, so it cannot
 change hands until the caller's transaction ends.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from .._core.validate import check_name
 from .._urls import redact
-from .._validate import check_name
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 from ._catalogue import guard_statement
 from ._errors import translate

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .._contract import AcquireResult
-from .._forks import closed_error
-from .._validate import Millis
+from .._core.contract import AcquireResult
+from .._core.validate import Millis
+from .._sqlprovider.forks import closed_error
 from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease, LeaseHook
 from ._renewer import Renewer

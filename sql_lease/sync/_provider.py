@@ -15,12 +15,10 @@ from typing import Any, Self
 
 from sqlalchemy.engine import URL, Engine
 
-from .._contention import ContentionHints
-from .._contract import AcquireResult, Lease
-from .._forks import ForkAware
-from .._provider_args import check_bool, check_pooler, check_seconds, check_table
-from .._urls import redact
-from .._validate import (
+from .._core.contention import ContentionHints
+from .._core.contract import AcquireResult, Lease
+from .._core.provider_args import check_bool, check_pooler, check_seconds, check_table
+from .._core.validate import (
     Millis,
     check_items,
     check_limit,
@@ -29,6 +27,8 @@ from .._validate import (
     check_prefix,
     check_ttl,
 )
+from .._sqlprovider.forks import ForkAware
+from .._urls import redact
 from ..backends import Backend, SyncExecutor
 from ..capabilities import Renewal
 from ..catalogue import decode_list_live, label, name_of
@@ -163,7 +163,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         self._closed = False
         self._watch_forks()
         #: Diagnostics, as on the async provider: acquire statements run again, and failed
-        #: acquires answered by a read of the holder (see `sql_lease._contention`).
+        #: acquires answered by a read of the holder (see `sql_lease._core.contention`).
         self.acquire_reruns = 0
         self.acquire_reads = 0
         SyncLifecycle.__init__(self)

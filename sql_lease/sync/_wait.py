@@ -1,6 +1,6 @@
 """Waiting for a busy key, sync: ``provider.wait_for_lease(key, owner, ttl_ms, timeout_ms=...)``.
 
-The async algorithm (`sql_lease._wait`) with threads: try to acquire; if the key is taken,
+The async algorithm (`sql_lease._holding.wait`) with threads: try to acquire; if the key is taken,
 mark it wanted (PostgreSQL: its release or transfer then sends a NOTIFY), make sure the
 provider listens (`_listen`), try again (closing the race with a release in between) and sleep
 until notified, until the holder's known expiry (plus jitter), or until the timeout; then
@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from time import monotonic
 from typing import TYPE_CHECKING, Final
 
-from .._contract import AcquireResult
-from .._validate import Millis, check_millis, check_name, check_ttl
+from .._core.contract import AcquireResult
+from .._core.validate import Millis, check_millis, check_name, check_ttl
 from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
 
 if TYPE_CHECKING:

@@ -9,7 +9,20 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "sql_lease"
 DRIVERS = ("asyncpg", "aiosqlite", "sqlite3", "psycopg", "psycopg_pool")
-MAX_LINES = 420  # "about 400"
+MAX_LINES = 420  # "about 400" (the issue's bar is 450)
+MAX_PRIVATE_TOP_LEVEL = 6
+BACKEND_PACKAGES = ("sql_lease.backends.postgres", "sql_lease.backends.sqlite")
+# Modules outside `sql_lease/backends/` that still import a backend package: the seam's known
+# leaks, to be routed through `sql_lease.backends`' registry. The list may only shrink.
+SEAM_LEAKS = {
+    "sql_lease._export",
+    "sql_lease._urls",
+    "sql_lease._migrating.runner",
+    "sql_lease.migrate",
+    "sql_lease.sync._catalogue",
+    "sql_lease.sync._errors",
+    "sql_lease.sync._listen",
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -107,3 +120,33 @@ def test_no_module_is_much_over_400_lines() -> None:
         for name, path in _modules().items()
     }
     assert {n: s for n, s in sizes.items() if s > MAX_LINES} == {}
+
+
+def test_at_most_six_private_modules_sit_directly_in_the_package() -> None:
+    """Private modules live in wings (`_core`, `_holding`, `_sqlprovider`, `_migrating`); the
+    package's top level keeps the public modules and a few private ones of their own."""
+    private = sorted(
+        path.name
+        for path in PACKAGE.glob("_*.py")
+        if not (path.name.startswith("__") and path.name.endswith("__.py"))
+    )
+    assert len(private) <= MAX_PRIVATE_TOP_LEVEL, private
+
+
+def test_only_the_backends_package_imports_a_backend_package() -> None:
+    importers = {
+        name
+        for name, path in _modules().items()
+        if not name.startswith("sql_lease.backends")
+        and any(
+            i == b or i.startswith(b + ".") for i in _imports(name, path) for b in BACKEND_PACKAGES
+        )
+    }
+    assert importers <= SEAM_LEAKS, sorted(importers - SEAM_LEAKS)
+
+
+def test_migrations_and_alembic_ini_stay_at_the_top_level() -> None:
+    root = PACKAGE.parent
+    assert (root / "migrations" / "env.py").is_file()
+    assert (root / "alembic.ini").is_file()
+    assert not (PACKAGE / "_migrations").exists()  # the wheel maps it there, never the checkout

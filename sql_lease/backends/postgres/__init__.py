@@ -24,9 +24,9 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
-from ..._dberrors import Failure
-from ..._deadlines import server_millis
-from ..._install import pip_install
+from ..._core.deadlines import server_millis
+from ..._core.failures import Failure
+from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError

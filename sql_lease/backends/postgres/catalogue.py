@@ -11,10 +11,11 @@ what keeps fences strictly increasing per key even when an insert races a deleti
 draws its fence before it reaches the index, so it must never follow a deletion it did not see).
 Every object is named in full, so that no session setting and no co-tenant can change what a
 statement does: relations and the sequence carry their schema (`build_catalogue` is given the
-schema the provider resolved, `sql_lease._schema_home`), functions, operators and types come from
-``pg_catalog`` explicitly (``OPERATOR(pg_catalog.=)``, ``pg_catalog.clock_timestamp()``; a
-look-alike ``public."="(bytea, bytea)`` or ``public.nextval(text)`` earlier on the search path is
-never a candidate). `sql_lease.backends.postgres.sqlnames` holds the spellings.
+schema the provider resolved, `sql_lease._sqlprovider.schema_home`), functions, operators and
+types come from ``pg_catalog`` explicitly (``OPERATOR(pg_catalog.=)``,
+``pg_catalog.clock_timestamp()``; a look-alike ``public."="(bytea, bytea)`` or
+``public.nextval(text)`` earlier on the search path is never a candidate).
+`sql_lease.backends.postgres.sqlnames` holds the spellings.
 
 Plain data: no I/O, no driver.
 """
@@ -104,8 +105,8 @@ def build_catalogue(
     """Build the PostgreSQL catalogue for ``schema.table_name``.
 
     ``home`` is the schema the table was found in when the caller gave no ``schema``
-    (`sql_lease._schema_home`): the statements name it, the NOTIFY channel stays the one of
-    ``schema`` (None), as every client of the table computes it. Without either, the table is
+    (`sql_lease._sqlprovider.schema_home`): the statements name it, the NOTIFY channel stays the
+    one of ``schema`` (None), as every client of the table computes it. Without either, the table is
     left unqualified (a catalogue that is only ever sent once its home is known).
     """
     t = quote_ident(table_name)

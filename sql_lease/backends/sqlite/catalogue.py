@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Final
 
-from ..._validate import check_identifier
+from ..._core.validate import check_identifier
 from ...capabilities import Renewal
 from ...catalogue import (
     Catalogue,

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import aiosqlite
 
-from ..._deadlines import server_millis
+from ..._core.deadlines import server_millis
 from ...errors import LeaseSchemaError
 from .errors import is_busy
 

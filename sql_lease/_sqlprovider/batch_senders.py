@@ -14,17 +14,17 @@ from operator import itemgetter
 from time import monotonic
 from typing import Any, Final, Literal
 
-from ._coalesce import Coalescer, Lane, Send, Waiter
-from ._deadlines import server_millis
-from ._execute import Fetch, StatementRunner
-from .catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Row
-from .errors import (
+from .._core.deadlines import server_millis
+from ..catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Row
+from ..errors import (
     LeaseDatabaseError,
     LeaseError,
     LeaseTimeoutError,
     LeaseTypeError,
     LeaseValueError,
 )
+from .coalescer import Coalescer, Lane, Send, Waiter
+from .execute import Fetch, StatementRunner
 
 __all__ = ["COALESCE_MODES", "Coalesce", "CoalescedCalls", "check_coalesce"]
 

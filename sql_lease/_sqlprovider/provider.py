@@ -12,29 +12,29 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from ._coalesced import Coalesce, check_coalesce
-from ._connections import Connections
-from ._contention import ContentionHints
-from ._contract import AcquireResult, Lease
-from ._deadlines import Deadlines
-from ._execute import CANCEL_GRACE
-from ._extensions import SqlExtensions, key_owner, transfer_args
-from ._lifecycle import LeaseLifecycle
-from ._provider_args import check_pooler, check_seconds
-from ._urls import build_engine, normalize_url, redact
-from ._validate import (
+from .._core.contention import ContentionHints
+from .._core.contract import AcquireResult, Lease
+from .._core.deadlines import Deadlines
+from .._core.provider_args import check_pooler, check_seconds
+from .._core.validate import (
     Millis,
     check_identifier,
     check_name,
     check_ttl,
 )
-from ._wait import POLL_S
-from .backends import backend_for, backend_for_url
-from .capabilities import WakeupSink, WakeupSource
-from .catalogue import decode_row, name_of
-from .errors import LeaseTypeError, LeaseValueError
-from .observer import LeaseObserver, check_observer
-from .schema import DEFAULT_TABLE
+from .._holding.lifecycle import LeaseLifecycle
+from .._holding.wait import POLL_S
+from .._urls import build_engine, normalize_url, redact
+from ..backends import backend_for, backend_for_url
+from ..capabilities import WakeupSink, WakeupSource
+from ..catalogue import decode_row, name_of
+from ..errors import LeaseTypeError, LeaseValueError
+from ..observer import LeaseObserver, check_observer
+from ..schema import DEFAULT_TABLE
+from .batch_senders import Coalesce, check_coalesce
+from .connections import Connections
+from .execute import CANCEL_GRACE
+from .extensions import SqlExtensions, key_owner, transfer_args
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 

@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from sqlalchemy.engine import URL
 
-from .errors import LeaseValueError
+from ...errors import LeaseValueError
 
 __all__ = ["DSN_ONLY", "DSN_PREFIX", "SUPPORTED", "check_query", "connect_arguments"]
 
