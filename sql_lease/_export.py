@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ._core.validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
-from .backends.postgres.catalogue import HOME_SQL, build_catalogue
+from .backends import backend_named
 from .catalogue import Statement
 from .schema import DEFAULT_TABLE
 
@@ -32,6 +32,8 @@ FORMAT: Final = 1
 
 _TABLE: Final = "sqlleasexporttable"
 _SCHEMA: Final = "sqlleaseexportschema"
+#: The backend whose catalogue is exported (through the registry: only it knows its SQL).
+_POSTGRES: Final = backend_named("postgres")
 
 Column = tuple[str, str]
 
@@ -135,7 +137,7 @@ def _template(sql: str, table: str, sequence: str, channel: str) -> str:
 
 def export_catalogue() -> dict[str, object]:
     """The PostgreSQL statement catalogue as JSON-ready data (see the module docstring)."""
-    sql = build_catalogue(_TABLE, _SCHEMA)
+    sql = _POSTGRES.catalogue(_TABLE, _SCHEMA)
     table = f'"{_SCHEMA}"."{_TABLE}"'
     sequence = f'"{_SCHEMA}"."{_TABLE}_fence_seq"'
     if sql.table != table or sql.channel != f"sql_lease:{_SCHEMA}.{_TABLE}":
@@ -192,7 +194,7 @@ def export_catalogue() -> dict[str, object]:
         "encoding": "keys and owners are the UTF-8 bytes of the string (bytea)",
         "statements": statements,
         "find_schema": {
-            "sql": HOME_SQL,
+            "sql": _POSTGRES.home_sql,
             "params": [{"name": "table_name", "type": "text"}],
             "columns": [{"name": "home", "type": "text"}],
             "rows": "The schema to qualify {table} and {fence_sequence} with when none is set:"

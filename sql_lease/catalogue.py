@@ -33,6 +33,7 @@ __all__ = [
     "LeaseRow",
     "Row",
     "Statement",
+    "Transaction",
     "decode_acquire",
     "decode_force_release",
     "decode_holder",
@@ -212,6 +213,18 @@ class Batches:
 
 
 @dataclass(frozen=True, slots=True)
+class Transaction:
+    """How a backend without multi-row statements (SQLite) sends a batch of coalesced calls:
+    its one-row statements between ``begin`` (``begin_write`` for writes: SQLite's
+    ``BEGIN IMMEDIATE`` takes the write lock at once) and ``commit``, ``rollback`` on failure."""
+
+    begin_write: str
+    begin: str
+    commit: str
+    rollback: str
+
+
+@dataclass(frozen=True, slots=True)
 class Catalogue:
     """Every statement for one table on one backend (``dialect``), built once.
 
@@ -220,7 +233,7 @@ class Catalogue:
     ``guard`` runs inside the caller's own transaction through SQLAlchemy, so it takes named
     parameters (``:key``, ``:fence``); every other statement takes positional ones.
     ``batches``: the multi-row statements for coalesced calls, or None (SQLite: coalesced calls
-    run their one-row statements in one transaction instead).
+    run their one-row statements in one ``transaction`` instead, its statement texts).
     """
 
     dialect: str
@@ -243,3 +256,4 @@ class Catalogue:
     guard: Statement[int] | None
     max_batch: int
     batches: Batches | None = None
+    transaction: Transaction | None = None

@@ -50,9 +50,7 @@ from ._migrating.runner import (
     run_on_connection,
 )
 from ._urls import normalize_url
-from .backends import backend_for_url
-from .backends.postgres.catalogue import quote_ident
-from .backends.sqlite.startup import MissingDatabaseFile
+from .backends import MissingDatabaseFile, backend_for_url, quote_ident
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, migration_lock_key, version_table_name
 

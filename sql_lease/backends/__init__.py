@@ -14,6 +14,7 @@ migration branch for its DDL, and a test fixture line (see ARCHITECTURE.md).
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
@@ -24,7 +25,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 from .._core.failures import Failure
 from ..capabilities import WakeupSink, WakeupSource
 from ..catalogue import Catalogue
-from ..errors import LeaseDatabaseError, LeaseValueError
+from ..errors import LeaseDatabaseError, LeaseSchemaError, LeaseValueError
 
 __all__ = [
     "BACKEND_PACKAGES",
@@ -32,13 +33,42 @@ __all__ = [
     "Adaptor",
     "Backend",
     "Fetch",
+    "MissingDatabaseFile",
     "SyncExecutor",
+    "SyncListener",
     "backend_for",
+    "backend_for_dialect",
     "backend_for_scheme",
     "backend_for_sync_engine",
     "backend_for_url",
     "backend_named",
+    "quote_ident",
 ]
+
+_DERIVED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier built from validated names, as every backend's SQL quotes it
+    (derived names may exceed the 40 characters allowed for a table or schema name, never
+    PostgreSQL's 63)."""
+    if not _DERIVED.fullmatch(name):
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return '"' + name + '"'
+
+
+class MissingDatabaseFile(LeaseSchemaError):
+    """The database file does not exist (SQLite): the migrations create it. Raised by a
+    backend that opens only existing files; the migrations facade tells it apart."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"the SQLite database {path} does not exist: create it and its leases table with "
+            f"the migrations (`sql-lease migrate --url sqlite:///{path}` or "
+            "`sql_lease.migrate.upgrade(url)`)"
+        )
+        self.path = path
+
 
 #: ``await fetch(sql, *args)`` -> the rows: the driver's own call, bound to one connection.
 Fetch = Callable[..., Awaitable[list[Any]]]
@@ -64,6 +94,22 @@ class SyncExecutor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class SyncListener(Protocol):
+    """The LISTEN thread of `sql_lease.sync`'s waiters (`Backend.sync_listener`)."""
+
+    #: Counts the listener's connections: a new one means notifications may have been lost.
+    generation: int
+
+    @property
+    def connected(self) -> bool: ...
+
+    def ready(self, within: float) -> bool:
+        """Wait up to ``within`` seconds until it listens; whether it does."""
+        ...
+
+    def close(self, timeout: float = 2.0) -> None: ...
 
 
 class Backend(Protocol):
@@ -183,6 +229,14 @@ class Backend(Protocol):
         """The sync provider's executor borrowing connections from a caller's ``engine``."""
         ...
 
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        """The thread that listens on ``channel`` for `sql_lease.sync`'s waiters, connecting
+        with an executor's ``listen_kwargs`` (only asked of a backend whose executors have
+        them)."""
+        ...
+
     def migration_connect_args(
         self,
         *,
@@ -261,6 +315,14 @@ def backend_for_sync_engine(engine: Engine) -> Backend | None:
     driver = f"{engine.dialect.name}+{engine.dialect.driver}"
     backend = backend_for_scheme(driver)
     return backend if backend is not None and backend.sync_driver == driver else None
+
+
+def backend_for_dialect(dialect: str) -> Backend | None:
+    """The backend of the SQLAlchemy dialect named ``dialect`` (its `name`), or None."""
+    for (name, _), package in _BACKENDS.items():
+        if name == dialect:
+            return backend_named(package)
+    return None
 
 
 def backend_for_url(url: URL) -> Backend:

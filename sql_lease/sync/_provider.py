@@ -168,7 +168,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         self.acquire_reads = 0
         SyncLifecycle.__init__(self)
         if executor.listen_kwargs is not None:
-            self._listen_on(sql.channel, executor.listen_kwargs)
+            self._listen_on(backend, sql.channel, executor.listen_kwargs)
 
     # -- properties, lifecycle -----------------------------------------------------------
 
@@ -417,4 +417,4 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         if self._closed:
             raise self._closed_error("guard")
         self._renamed("", "guard")  # the statements name the table's schema from now on
-        guard(conn, self._sql.table, key, fence)
+        guard(self._sql.catalogue, self._backend, conn, key, fence)

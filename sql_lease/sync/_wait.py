@@ -23,7 +23,7 @@ from .._core.validate import Millis, check_millis, check_name, check_ttl
 from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
 
 if TYPE_CHECKING:
-    from ._listen import Listener
+    from ..backends import SyncListener as Listener
 
 __all__ = ["POLL_S", "Hub", "wait_for"]
 

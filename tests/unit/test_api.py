@@ -191,9 +191,10 @@ def test_repr_never_shows_the_password() -> None:
 
 
 def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
-    from sql_lease.sync._catalogue import build_statements
+    from sql_lease.backends.postgres.catalogue import build_catalogue
+    from sql_lease.sync._catalogue import statements_of
 
-    sql = build_statements("my_leases", "coord")
+    sql = statements_of(build_catalogue("my_leases", "coord"))
     assert sql.table == '"coord"."my_leases"'
     sequence = '"coord"."my_leases_fence_seq"'
     assert f"pg_catalog.nextval('{sequence}'::pg_catalog.regclass)" in sql.acquire

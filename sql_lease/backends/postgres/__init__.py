@@ -30,7 +30,7 @@ from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Fetch, SyncExecutor
+from .. import Adaptor, Fetch, SyncExecutor, SyncListener
 from . import driver, errors, functions, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
@@ -178,6 +178,13 @@ class PostgresBackend:
         from .sync_connect import engine_executor
 
         return engine_executor(engine, table, where=where, timeout=timeout)
+
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        from .sync_listen import Listener  # psycopg: imported only by a sync provider
+
+        return Listener(channel, connect_kwargs, sink)
 
     def migration_connect_args(
         self,

@@ -22,7 +22,6 @@ Plain data: no I/O, no driver.
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from ...catalogue import (
@@ -41,6 +40,7 @@ from ...catalogue import (
     decode_renewed_pair,
 )
 from ...schema import fence_sequence_name, notify_channel
+from .. import quote_ident
 from .batch import build_batches
 from .sqlnames import (
     BYTEA,
@@ -60,7 +60,6 @@ from .sqlnames import (
 __all__ = ["HOME_SQL", "MAX_BATCH", "build_catalogue", "guard_sql", "quote_ident"]
 
 MAX_BATCH: Final = 50_000  # pairs per renew statement
-_DERIVED = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 #: Where table $1 lives when the provider was given no schema: the first schema of the
 #: session's *default* search path (``reset_val``: the role's and database's setting, not a
@@ -80,14 +79,6 @@ WHERE pg_catalog.to_regclass(pg_catalog.format('%I.%I', p.nspname, $1::pg_catalo
   AND pg_catalog.left(p.nspname::pg_catalog.text, 8) OPERATOR(pg_catalog.<>) 'pg_temp_'
 ORDER BY p.n LIMIT 1
 """.strip()
-
-
-def quote_ident(name: str) -> str:
-    """Quote an identifier built from validated names (derived names may exceed the 40
-    characters allowed for a table or schema name, never PostgreSQL's 63)."""
-    if not _DERIVED.fullmatch(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return '"' + name + '"'
 
 
 def guard_sql(table: str) -> str:

@@ -23,7 +23,7 @@ from ..._core.failures import Failure
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, SyncExecutor
+from .. import Adaptor, SyncExecutor, SyncListener
 from . import driver, errors, startup
 from .catalogue import build_catalogue, counter_table_name
 
@@ -144,6 +144,11 @@ class SqliteBackend:
 
         source = EngineSqliteSource(engine, settings=pragmas(timeout, True))
         return SqliteExecutor(source, where=where, table=table)
+
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        raise LeaseValueError("SQLite has no notifications: its waiters poll")
 
     def migration_connect_args(
         self,
