@@ -49,8 +49,8 @@ from ._migrating.runner import (
     run_env_online,
     run_on_connection,
 )
-from ._urls import normalize_url
 from .backends import MissingDatabaseFile, backend_for_url, quote_ident
+from .backends._urls import normalize_url
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, migration_lock_key, version_table_name
 

@@ -39,8 +39,8 @@ from sqlalchemy.pool import NullPool
 
 from .._core.deadlines import SERVER_SHARE
 from .._core.provider_args import check_pooler, check_seconds
-from .._urls import build_engine, normalize_url, redact
 from ..backends import MissingDatabaseFile, backend_for, backend_for_url
+from ..backends._urls import build_engine, normalize_url, redact
 from ..errors import LeaseError, LeaseTypeError, LeaseValueError
 from ..schema import migration_lock_key
 

@@ -18,11 +18,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core.validate import check_name
-from .._urls import redact
+from ..backends._urls import redact
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 
 if TYPE_CHECKING:
-    from ..backends import Backend
+    from ..backends import Dialect
     from ..catalogue import Catalogue
 
 __all__ = ["guard", "guard_clause"]
@@ -40,7 +40,7 @@ async def _autocommit(conn: AsyncConnection) -> bool:
 
 
 async def guard(
-    catalogue: Catalogue, backend: Backend, conn: AsyncConnection, key: str, fence: int
+    catalogue: Catalogue, backend: Dialect, conn: AsyncConnection, key: str, fence: int
 ) -> None:
     """Lock ``key``'s live lease row with ``fence`` in ``conn``'s transaction, or raise.
 

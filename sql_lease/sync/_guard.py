@@ -14,17 +14,17 @@ from sqlalchemy.exc import DBAPIError
 
 from .._core.validate import check_name
 from .._sqlprovider.guard import guard_clause
-from .._urls import redact
+from ..backends._urls import redact
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 
 if TYPE_CHECKING:
-    from ..backends import Backend
+    from ..backends import Dialect
     from ..catalogue import Catalogue
 
 __all__ = ["guard"]
 
 
-def guard(catalogue: Catalogue, backend: Backend, conn: Connection, key: str, fence: int) -> None:
+def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fence: int) -> None:
     """Lock ``key``'s live lease row with ``fence`` in ``conn``'s transaction, or raise.
 
     Raises `LeaseLost` when ``fence`` is not the live fence of ``key``. Needs PostgreSQL (a

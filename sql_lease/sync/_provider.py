@@ -28,8 +28,8 @@ from .._core.validate import (
     check_ttl,
 )
 from .._sqlprovider.forks import ForkAware
-from .._urls import redact
 from ..backends import Backend, SyncExecutor
+from ..backends._urls import redact
 from ..capabilities import Renewal
 from ..catalogue import decode_list_live, label, name_of
 from ..schema import DEFAULT_TABLE

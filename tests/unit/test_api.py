@@ -168,7 +168,7 @@ def test_bad_timeouts_are_rejected(timeout: float) -> None:
     ],
 )
 def test_user_urls_map_to_asyncpg(url: str) -> None:
-    from sql_lease._urls import normalize_url
+    from sql_lease.backends._urls import normalize_url
 
     parsed = normalize_url(url)
     assert parsed.drivername == "postgresql+asyncpg"
@@ -204,7 +204,7 @@ def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
 
 
 def test_libpq_tls_parameters_reach_asyncpg_through_its_dsn() -> None:
-    from sql_lease._urls import normalize_url, redact
+    from sql_lease.backends._urls import normalize_url, redact
 
     url = normalize_url(
         "postgres://u:pw@db.example/app?sslmode=verify-full&sslrootcert=/etc/ca.pem"

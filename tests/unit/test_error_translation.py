@@ -22,7 +22,7 @@ from sql_lease import (
     LeaseTimeoutError,
 )
 from sql_lease._core.failures import Failure
-from sql_lease._urls import redact
+from sql_lease.backends._urls import redact
 from sql_lease.backends.postgres import errors as pg
 from sql_lease.backends.sqlite import errors as lite
 

@@ -19,11 +19,6 @@ SQL_TEXT = re.compile(
     r"|LISTEN|UNLISTEN|NOTIFY|CREATE|DROP|ALTER|SET|SHOW|VACUUM|LOCK|TRUNCATE|CALL|DO)\b"
 )
 BACKEND_PACKAGES = ("sql_lease.backends.postgres", "sql_lease.backends.sqlite")
-# Modules outside `sql_lease/backends/` that still import a backend package: the seam's known
-# leaks, to be routed through `sql_lease.backends`' registry. The list may only shrink.
-SEAM_LEAKS = {
-    "sql_lease._urls",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -135,6 +130,7 @@ def test_at_most_six_private_modules_sit_directly_in_the_package() -> None:
 
 
 def test_only_the_backends_package_imports_a_backend_package() -> None:
+    """The rest of the package reaches a database through `sql_lease.backends`' registry."""
     importers = {
         name
         for name, path in _modules().items()
@@ -143,7 +139,7 @@ def test_only_the_backends_package_imports_a_backend_package() -> None:
             i == b or i.startswith(b + ".") for i in _imports(name, path) for b in BACKEND_PACKAGES
         )
     }
-    assert importers <= SEAM_LEAKS, sorted(importers - SEAM_LEAKS)
+    assert importers == set()
 
 
 def test_migrations_and_alembic_ini_stay_at_the_top_level() -> None:

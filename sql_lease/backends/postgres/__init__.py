@@ -30,7 +30,7 @@ from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Fetch, SyncExecutor, SyncListener
+from .. import Adaptor, Fetch, Plan, PlanOptions, SyncExecutor, SyncListener
 from . import driver, errors, functions, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
@@ -102,7 +102,7 @@ class PostgresBackend:
 
             await psycopg_driver.settle(fairy)
 
-    def engine_url(self, url: URL, pooler: str | None) -> URL:
+    def _engine_url(self, url: URL, pooler: str | None) -> URL:
         if pooler != "transaction":
             return url
         try:
@@ -113,26 +113,42 @@ class PostgresBackend:
             ) from exc
         return psycopg_driver.engine_url(url)
 
-    def engine_arguments(
-        self,
-        connect_args: dict[str, Any],
-        engine_kwargs: dict[str, Any],
-        *,
-        timeout: float,
-        connect_timeout: float,
-        synchronous_commit: bool,
-        pooler: str | None = None,
-    ) -> None:
+    def plan(self, url: URL, options: PlanOptions) -> Plan:
+        o = options
+        connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
         driver.engine_arguments(
             connect_args,
             engine_kwargs,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            synchronous_commit=synchronous_commit,
-            pooler=pooler,
+            timeout=o.timeout,
+            connect_timeout=o.connect_timeout,
+            synchronous_commit=o.synchronous_commit,
+            pooler=o.pooler,
+        )
+        listen_args = None
+        if o.listen_url is not None:
+            listen_args = dict(o.connect_args)
+            driver.engine_arguments(
+                listen_args,
+                {},
+                timeout=o.timeout,
+                connect_timeout=o.connect_timeout,
+                synchronous_commit=True,
+                pooler=o.pooler,
+            )
+        return Plan(
+            engine_url=self._engine_url(url, o.pooler),
+            connect_args=connect_args,
+            engine_kwargs=engine_kwargs,
+            adaptor=self.adaptor(o.timeout, o.synchronous_commit),
+            watch=lambda engine: self._watch_engine(engine, o.timeout, o.pooler),
+            pooler=o.pooler,
+            # LISTEN needs a session: behind a transaction pooler only on ``listen_url``.
+            listens=o.pooler != "transaction" or o.listen_url is not None,
+            listen_url=o.listen_url,
+            listen_connect_args=listen_args,
         )
 
-    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
+    def _watch_engine(self, engine: AsyncEngine, timeout: float, pooler: str | None) -> None:
         if engine.dialect.driver == "psycopg":
             from . import psycopg_driver
 

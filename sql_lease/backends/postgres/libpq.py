@@ -4,7 +4,7 @@
 module does not know, or a value asyncpg would refuse at the first connection, raises
 `LeaseValueError` naming it. `connect_arguments` turns the parameters asyncpg cannot read from
 a URL (``application_name``, ``options``, ``connect_timeout``, the keepalives) into its
-``connect()`` keyword arguments, for `sql_lease._urls.build_engine`.
+``connect()`` keyword arguments, for `sql_lease.backends._urls.build_engine`.
 """
 
 from __future__ import annotations
