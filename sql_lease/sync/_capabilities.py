@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from .._core.contract import AcquireResult
+from ..capabilities import Holder
 
 __all__ = [
     "SyncBatchRenewal",
@@ -68,8 +69,8 @@ class SyncWantMarking(Protocol):
         """True when releases and transfers of wanted keys send a notification."""
         ...
 
-    def want(self, key: str, wait_ms: int) -> tuple[str, int, datetime] | None:
-        """Mark ``key`` wanted for ``wait_ms``; its live holder (owner, fence, expiry)."""
+    def mark_wanted(self, key: str, wait_ms: int) -> Holder | None:
+        """Mark ``key`` wanted for ``wait_ms``; its live `Holder` (owner, fence, expiry)."""
         ...
 
 

@@ -155,7 +155,7 @@ def wait_for(
             if remaining <= 0:
                 return result, started
             wait_ms = max(1, math.ceil(remaining * 1000))
-            marked = marking.want(key, wait_ms) if marking is not None else None
+            marked = marking.mark_wanted(key, wait_ms) if marking is not None else None
             hub.arm(waiter)
             if hub.listener is not None:
                 hub.listener.ready(min(remaining, ready_within))
@@ -167,7 +167,7 @@ def wait_for(
             # The key was free when it was to be marked wanted, and someone took it since:
             # mark it now, or its holder's release would send nothing (and we would sleep
             # until its expiry). Free again meanwhile: go round and acquire.
-            if marking is not None and marked is None and marking.want(key, wait_ms) is None:
+            if marking is not None and marked is None and marking.mark_wanted(key, wait_ms) is None:
                 continue
             wake_at = deadline
             if result.expires_at is not None:
