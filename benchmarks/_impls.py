@@ -32,8 +32,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from sql_lease import AcquireResult, LeaseProvider, SqlLeaseProvider
-from sql_lease._contention import ContentionHints
-from sql_lease.sync._catalogue import Statements, build_statements
+from sql_lease._core.contention import ContentionHints
+from sql_lease.backends.postgres.catalogue import build_catalogue
+from sql_lease.sync._catalogue import Statements, statements_of
 
 __all__ = [
     "IMPLS",
@@ -46,6 +47,12 @@ __all__ = [
     "library_relaxed_mode",
     "open_impl",
 ]
+
+
+def build_statements(table_name: str, schema: str | None = None) -> Statements:
+    """The PostgreSQL statements for ``schema.table_name``, as the sync provider sends them."""
+    return statements_of(build_catalogue(table_name, schema))
+
 
 IMPLS = ("raw", "library", "redis")
 #: The library with the OpenTelemetry observer on (lifecycle and read cells, ``--observer otel``).

@@ -19,9 +19,8 @@ from redis.utils import HIREDIS_AVAILABLE
 from sqlalchemy.engine import make_url
 
 from sql_lease import migrate
-from sql_lease.backends.postgres.catalogue import quote_ident
+from sql_lease.backends.postgres.catalogue import build_catalogue, quote_ident
 from sql_lease.schema import fence_sequence_name
-from sql_lease.sync._catalogue import build_statements
 
 __all__ = [
     "aof_everysec",
@@ -85,7 +84,7 @@ async def fill_pg(
     ttl_ms: int,
 ) -> None:
     """Make ``owner`` hold ``prefix<first..last>`` in ``table`` (INSERT ... generate_series)."""
-    t = build_statements(table).table
+    t = build_catalogue(table).table
     seq = quote_ident(fence_sequence_name(table))
     await conn.execute(
         f"INSERT INTO {t} (key, owner, fence, expires_at, acquired_at)"
@@ -102,13 +101,13 @@ async def fill_pg(
 
 
 async def vacuum_analyze(conn: asyncpg.Connection, table: str) -> None:
-    await conn.execute(f"VACUUM ANALYZE {build_statements(table).table}")
+    await conn.execute(f"VACUUM ANALYZE {build_catalogue(table).table}")
 
 
 async def table_size(conn: asyncpg.Connection, table: str) -> int:
     """Table + indexes + TOAST, in bytes."""
     size: int = await conn.fetchval(
-        "SELECT pg_total_relation_size($1::regclass)", build_statements(table).table
+        "SELECT pg_total_relation_size($1::regclass)", build_catalogue(table).table
     )
     return size
 
@@ -119,7 +118,7 @@ async def hot_update_stats(conn: asyncpg.Connection, table: str) -> dict[str, in
         "SELECT n_tup_upd, n_tup_hot_upd, n_live_tup, n_dead_tup, pg_table_size(relid) AS"
         " table_bytes, pg_indexes_size(relid) AS index_bytes FROM pg_stat_user_tables"
         " WHERE relid = $1::regclass",
-        build_statements(table).table,
+        build_catalogue(table).table,
     )
     return dict(row) if row else {}
 

@@ -4,12 +4,12 @@ One owner per key across processes, with atomic acquire, owner-checked release a
 gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contract.
 """
 
-from ._contract import AcquireResult, ForeignLease, Lease, LeaseProvider, is_lease_provider
+from ._core.contract import AcquireResult, ForeignLease, Lease, LeaseProvider, is_lease_provider
 from ._exclusive import exclusive
-from ._held import HeldLease, LeaseHook
+from ._holding.held import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
-from ._sql import SqlLeaseProvider
+from ._sqlprovider.provider import SqlLeaseProvider
 from .capabilities import Holder, Released, Renewal
 from .coordinator import Coordinator
 from .errors import (

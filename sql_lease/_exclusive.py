@@ -36,13 +36,13 @@ from time import monotonic
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from ._validate import MAX_TTL_MS, check_name
+from ._core.validate import MAX_TTL_MS, check_name
 from .errors import LeaseNotAcquired, LeaseTypeError, LeaseValueError
 
 __all__ = ["Exclusive", "exclusive"]
 
 if TYPE_CHECKING:
-    from ._lifecycle import LeaseLifecycle
+    from ._holding.lifecycle import LeaseLifecycle
     from .sync._lifecycle import SyncLifecycle
 
     #: A provider with ``hold()``: ours, async or sync.

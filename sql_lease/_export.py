@@ -12,10 +12,10 @@ its result columns. A client renders a statement by replacing the placeholders:
 - ``{channel}``: the LISTEN/NOTIFY channel of ``naming`` (it appears inside a string literal).
 
 ``functions`` gives, for the statements pooler mode sends as calls of the table's plpgsql
-functions (`sql_lease.backends.postgres.functions`), the function's name (``{table_name}``:
-the table's unquoted name) and its call, ``{function}`` standing for the quoted function name
-qualified by the table's schema. The call is the very text pooler mode sends, so the two
-languages cannot drift.
+functions (the backend's ``server_calls``), the function's name (``{table_name}``: the table's
+unquoted name) and its call, ``{function}`` standing for the quoted function name qualified by
+the table's schema. The call is the very text pooler mode sends, so the two languages cannot
+drift.
 
 The placeholders are found by building the real catalogue for sentinel names and replacing
 them, so the rendered text is the very text the Python provider sends (a test checks that).
@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ._validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
-from .backends.postgres import functions
-from .backends.postgres.catalogue import HOME_SQL, build_catalogue
+from ._core.validate import MAX_IDENTIFIER_LEN, MAX_NAME_BYTES, MAX_TTL_MS
+from .backends import backend_named
 from .catalogue import Statement
 from .schema import DEFAULT_TABLE
 
@@ -39,6 +38,8 @@ FORMAT: Final = 1
 
 _TABLE: Final = "sqlleasexporttable"
 _SCHEMA: Final = "sqlleaseexportschema"
+#: The backend whose catalogue is exported (through the registry: only it knows its SQL).
+_POSTGRES: Final = backend_named("postgres")
 
 Column = tuple[str, str]
 
@@ -142,29 +143,28 @@ def _template(sql: str, table: str, sequence: str, channel: str) -> str:
 
 def _functions(statements: dict[str, Statement[Any]]) -> dict[str, object]:
     """The pooler-mode call of each statement that has a server function (see the module)."""
-    functions.register(_TABLE, _SCHEMA)
-    by_text = {r.statement: r for r in functions.routines(_TABLE, _SCHEMA)}
+    calls = _POSTGRES.server_calls(_TABLE, _SCHEMA)
     out: dict[str, object] = {}
     for name, statement in statements.items():
-        routine, call = by_text.get(statement.sql), functions.call_for(statement.sql)
-        if routine is None or call is None:
+        found = calls.get(statement.sql)
+        if found is None:
             continue
-        qualified = f'"{_SCHEMA}"."{routine.name}"'
-        if qualified not in call or not routine.name.startswith(_TABLE):
+        qualified = f'"{_SCHEMA}"."{found.function}"'
+        if qualified not in found.call or not found.function.startswith(_TABLE):
             raise ValueError(
                 f"the {name} call names its function in a form the export cannot template"
             )
         out[name] = {
-            "name": "{table_name}" + routine.name.removeprefix(_TABLE),
-            "arguments": list(routine.arguments),
-            "call": call.replace(qualified, "{function}"),
+            "name": "{table_name}" + found.function.removeprefix(_TABLE),
+            "arguments": list(found.arguments),
+            "call": found.call.replace(qualified, "{function}"),
         }
     return out
 
 
 def export_catalogue() -> dict[str, object]:
     """The PostgreSQL statement catalogue as JSON-ready data (see the module docstring)."""
-    sql = build_catalogue(_TABLE, _SCHEMA)
+    sql = _POSTGRES.catalogue(_TABLE, _SCHEMA)
     table = f'"{_SCHEMA}"."{_TABLE}"'
     sequence = f'"{_SCHEMA}"."{_TABLE}_fence_seq"'
     if sql.table != table or sql.channel != f"sql_lease:{_SCHEMA}.{_TABLE}":
@@ -222,7 +222,7 @@ def export_catalogue() -> dict[str, object]:
         "encoding": "keys and owners are the UTF-8 bytes of the string (bytea)",
         "statements": statements,
         "find_schema": {
-            "sql": HOME_SQL,
+            "sql": _POSTGRES.home_sql,
             "params": [{"name": "table_name", "type": "text"}],
             "columns": [{"name": "home", "type": "text"}],
             "rows": "The schema to qualify {table} and {fence_sequence} with when none is set:"

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Self
 
-from ._contract import AcquireResult, Lease
-from ._lifecycle import LeaseLifecycle
-from ._validate import (
+from ._core.contract import AcquireResult, Lease
+from ._core.validate import (
     Millis,
     check_items,
     check_limit,
@@ -22,6 +21,7 @@ from ._validate import (
     check_prefix,
     check_ttl,
 )
+from ._holding.lifecycle import LeaseLifecycle
 from .capabilities import Released, Renewal, WakeupSink
 from .errors import LeaseClosedError
 from .observer import LeaseObserver, check_observer, timed_operation
@@ -319,7 +319,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
     def __repr__(self) -> str:
         return f"InMemoryLeaseProvider(leases={len(self._leases)})"
 
-    # -- what held leases need (sql_lease._held, _renewer) --------------------------------
+    # -- what held leases need (sql_lease._holding.held, _renewer) --------------------------------
 
     def wakeup_source(self, sink: WakeupSink) -> None:
         """None: this provider wakes its waiters itself on release, transfer and force-release."""

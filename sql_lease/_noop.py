@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._contract import AcquireResult, LeaseProvider, is_lease_provider
-from ._validate import Millis, check_name, check_ttl
+from ._core.contract import AcquireResult, LeaseProvider, is_lease_provider
+from ._core.validate import Millis, check_name, check_ttl
 
 __all__ = ["NOOP_LEASE_PROVIDER", "NoopLeaseProvider", "lease_provider_or_noop"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
-from ._contract import ForeignLease, Lease
+from ._core.contract import ForeignLease, Lease
 from .capabilities import Holder, Released, Renewal
 from .errors import LeaseForeignRowError
 
@@ -32,7 +32,9 @@ __all__ = [
     "Catalogue",
     "LeaseRow",
     "Row",
+    "ServerCall",
     "Statement",
+    "Transaction",
     "decode_acquire",
     "decode_force_release",
     "decode_holder",
@@ -62,6 +64,15 @@ class Statement(Generic[T]):
     params: tuple[str, ...]
     columns: tuple[str, ...]
     decode: Callable[[Row], T]
+
+
+class ServerCall(NamedTuple):
+    """A statement sent as a call of a server-side function (pooler mode): the function's
+    unqualified name, its argument types, and the call's SQL text (``$n`` its arguments)."""
+
+    function: str
+    arguments: tuple[str, ...]
+    call: str
 
 
 class AcquireRow(NamedTuple):
@@ -212,6 +223,18 @@ class Batches:
 
 
 @dataclass(frozen=True, slots=True)
+class Transaction:
+    """How a backend without multi-row statements (SQLite) sends a batch of coalesced calls:
+    its one-row statements between ``begin`` (``begin_write`` for writes: SQLite's
+    ``BEGIN IMMEDIATE`` takes the write lock at once) and ``commit``, ``rollback`` on failure."""
+
+    begin_write: str
+    begin: str
+    commit: str
+    rollback: str
+
+
+@dataclass(frozen=True, slots=True)
 class Catalogue:
     """Every statement for one table on one backend (``dialect``), built once.
 
@@ -220,7 +243,7 @@ class Catalogue:
     ``guard`` runs inside the caller's own transaction through SQLAlchemy, so it takes named
     parameters (``:key``, ``:fence``); every other statement takes positional ones.
     ``batches``: the multi-row statements for coalesced calls, or None (SQLite: coalesced calls
-    run their one-row statements in one transaction instead).
+    run their one-row statements in one ``transaction`` instead, its statement texts).
     """
 
     dialect: str
@@ -243,3 +266,4 @@ class Catalogue:
     guard: Statement[int] | None
     max_batch: int
     batches: Batches | None = None
+    transaction: Transaction | None = None

@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar, runtime_checkable
 
-from ._contract import AcquireResult, Lease, LeaseProvider
-from ._held import HeldLease
-from ._keeper import renew_interval
-from ._validate import check_name, check_ttl
+from ._core.contract import AcquireResult, Lease, LeaseProvider
+from ._core.validate import check_name, check_ttl
+from ._holding.held import HeldLease
+from ._holding.keeper import renew_interval
 from .errors import LeaseLost
 
 __all__ = ["Coordinator", "CoordinatorStats", "Outcome", "Run"]

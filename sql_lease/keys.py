@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-from ._validate import MAX_NAME_BYTES
+from ._core.validate import MAX_NAME_BYTES
 from .errors import LeaseTypeError
 
 __all__ = ["LONG_KEY_HEAD_BYTES", "LONG_KEY_MARKER", "map_long_key"]

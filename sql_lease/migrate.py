@@ -12,7 +12,7 @@ by default), never in ``alembic_version``, so they coexist with an application's
 
 ``timeout`` bounds a whole call, connecting included (``None``: no bound), and
 ``connect_timeout`` the opening of the connection; past either, `LeaseTimeoutError` (see
-`sql_lease._migration_runner`). ``pooler="transaction"`` or ``"session"``: the URL reaches
+`sql_lease._migrating.runner`). ``pooler="transaction"`` or ``"session"``: the URL reaches
 PostgreSQL through a connection pooler (PgBouncer and the like), as for
 `SqlLeaseProvider.from_url`: no startup parameter but ``application_name``, only unnamed
 statements, and the server-side timeouts set inside the migration's one transaction. On
@@ -40,19 +40,17 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ._app_alembic import IncludeName, exclude_leases, include_name, lease_table_names
-from ._migration_runner import (
+from ._core.validate import check_identifier
+from ._migrating.app_alembic import IncludeName, exclude_leases, include_name, lease_table_names
+from ._migrating.runner import (
     DEFAULT_CONNECT_TIMEOUT,
     Bounds,
     check_target,
     run_env_online,
     run_on_connection,
 )
-from ._urls import normalize_url
-from ._validate import check_identifier
-from .backends import backend_for_url
-from .backends.postgres.catalogue import quote_ident
-from .backends.sqlite.startup import MissingDatabaseFile
+from .backends import MissingDatabaseFile, backend_for_url, quote_ident
+from .backends._urls import normalize_url
 from .errors import LeaseError, LeaseValueError
 from .schema import DEFAULT_TABLE, fence_sequence_name, migration_lock_key, version_table_name
 

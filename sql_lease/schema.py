@@ -25,7 +25,7 @@ from sqlalchemy import (
     Table,
 )
 
-from ._validate import MAX_NAME_BYTES, check_identifier
+from ._core.validate import MAX_NAME_BYTES, check_identifier
 
 __all__ = [
     "DEFAULT_TABLE",

@@ -48,7 +48,8 @@ class _Names(NamedTuple):
 
 def event_names(table_name: str, schema: str | None) -> _Names:
     """The event objects of a leases table, as this revision names them (frozen here: the same
-    rule as `sql_lease._event_names`, which must never change what a shipped revision made)."""
+    rule as `sql_lease._migrating.event_names`, which must never change what a shipped revision
+    made)."""
     channel = (
         f"sql_lease_events:{schema}.{table_name}" if schema else f"sql_lease_events:{table_name}"
     )

@@ -14,36 +14,105 @@ migration branch for its DDL, and a test fixture line (see ARCHITECTURE.md).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
-from .._dberrors import Failure
+from .._core.failures import Failure
 from ..capabilities import WakeupSink, WakeupSource
-from ..catalogue import Catalogue
-from ..errors import LeaseDatabaseError, LeaseValueError
+from ..catalogue import Catalogue, ServerCall
+from ..errors import LeaseDatabaseError, LeaseSchemaError, LeaseValueError
 
 __all__ = [
     "BACKEND_PACKAGES",
     "POOLED",
     "Adaptor",
+    "AsyncExecution",
     "Backend",
+    "Dialect",
     "Fetch",
+    "Migrations",
+    "MissingDatabaseFile",
+    "Plan",
+    "PlanOptions",
+    "SyncExecution",
     "SyncExecutor",
+    "SyncListener",
     "backend_for",
+    "backend_for_dialect",
     "backend_for_scheme",
     "backend_for_sync_engine",
     "backend_for_url",
     "backend_named",
+    "quote_ident",
 ]
+
+_DERIVED: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier built from validated names, as every backend's SQL quotes it
+    (derived names may exceed the 40 characters allowed for a table or schema name, never
+    PostgreSQL's 63)."""
+    if not _DERIVED.fullmatch(name):
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return '"' + name + '"'
+
+
+class MissingDatabaseFile(LeaseSchemaError):
+    """The database file does not exist (SQLite): the migrations create it. Raised by a
+    backend that opens only existing files; the migrations facade tells it apart."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"the SQLite database {path} does not exist: create it and its leases table with "
+            f"the migrations (`sql-lease migrate --url sqlite:///{path}` or "
+            "`sql_lease.migrate.upgrade(url)`)"
+        )
+        self.path = path
+
 
 #: ``await fetch(sql, *args)`` -> the rows: the driver's own call, bound to one connection.
 Fetch = Callable[..., Awaitable[list[Any]]]
 #: Turns a pooled connection into its `Fetch` (once, when the connection is checked out).
 Adaptor = Callable[[PoolProxiedConnection], Fetch]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOptions:
+    """What ``from_url`` was asked for, already checked: what a backend plans an engine from.
+    The caller's ``connect_args`` and ``engine_kwargs`` win over the backend's defaults."""
+
+    timeout: float
+    connect_timeout: float
+    synchronous_commit: bool
+    pooler: str | None
+    connect_args: Mapping[str, Any]
+    engine_kwargs: Mapping[str, Any]
+    listen_url: URL | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How ``from_url`` builds and runs a provider on one URL, decided by one call of
+    `AsyncExecution.plan`: the engine (URL, connect arguments, options), the adaptor of its
+    connections, the one-off checks on it (``watch``), the LISTEN engine's arguments (with
+    ``listen_url``) and the wake-up policy (``listens``: False, waiters poll)."""
+
+    engine_url: URL
+    connect_args: dict[str, Any]
+    engine_kwargs: dict[str, Any]
+    adaptor: Adaptor
+    watch: Callable[[AsyncEngine], None]
+    pooler: str | None
+    listens: bool
+    listen_url: URL | None = None
+    listen_connect_args: dict[str, Any] | None = None
 
 
 class SyncExecutor(Protocol):
@@ -66,40 +135,58 @@ class SyncExecutor(Protocol):
     def close(self) -> None: ...
 
 
-class Backend(Protocol):
-    """One database behind the SQL provider (see the module docstring)."""
+class SyncListener(Protocol):
+    """The LISTEN thread of `sql_lease.sync`'s waiters (`Backend.sync_listener`)."""
+
+    #: Counts the listener's connections: a new one means notifications may have been lost.
+    generation: int
+
+    @property
+    def connected(self) -> bool: ...
+
+    def ready(self, within: float) -> bool:
+        """Wait up to ``within`` seconds until it listens; whether it does."""
+        ...
+
+    def close(self, timeout: float = 2.0) -> None: ...
+
+
+class Dialect(Protocol):
+    """What a database is and says: its names, URL schemes, statements and its one
+    classifier (used by every path: async, sync, migrations, `guard`)."""
 
     #: The database's name as observers report it (``db.system.name``): postgresql, sqlite.
     name: str
-    #: The SQLAlchemy async dialect+driver the async provider runs on.
-    async_driver: str
+
     #: The database's name in messages: PostgreSQL, SQLite.
     title: str
+
     #: Whether tables live in schemas (``schema=`` is refused when not).
     has_schemas: bool
+
     #: With schemas: the one statement that finds where an unqualified table lives ($1: its
     #: name; rows: the schema), under the session's default search path (`_schema_home`).
     home_sql: str | None
+
     #: The URL schemes (SQLAlchemy driver names) ``from_url`` takes for this database.
     url_schemes: frozenset[str]
+
     #: A URL of this database, for messages.
     url_example: str
-    #: The SQLAlchemy dialect+driver of a caller's sync engine for `sql_lease.sync`.
-    sync_driver: str
 
     def normalize_url(self, url: URL) -> URL:
         """``url`` (one of `url_schemes`) checked and set to `async_driver`
         (`LeaseValueError`, never quoting the URL)."""
         ...
 
-    def extra_tables(self, table_name: str) -> frozenset[str]:
-        """The tables besides the leases table and its version table that the migrations
-        create for ``table_name`` on this database (none: an empty set)."""
-        ...
-
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         """Every statement for ``table_name`` (already validated), built once; ``home`` is
         the schema found for it when ``schema`` is None (`_schema_home`)."""
+        ...
+
+    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
+        """Pooler mode's server-function call of each statement text of ``schema.table_name``
+        that has one (empty on a database without server functions)."""
         ...
 
     def classify(self, exc: BaseException) -> Failure:
@@ -119,6 +206,14 @@ class Backend(Protocol):
         """``exc`` as a typed `LeaseError` (the caller chains it)."""
         ...
 
+
+class AsyncExecution(Protocol):
+    """How the async provider runs statements on this database: engine defaults, the
+    per-connection adaptor, cancellation, wake-ups."""
+
+    #: The SQLAlchemy async dialect+driver the async provider runs on.
+    async_driver: str
+
     def adaptor(self, timeout: float, synchronous_commit: bool) -> Adaptor:
         """The per-connection setup for statements bounded by ``timeout`` seconds."""
         ...
@@ -128,28 +223,11 @@ class Backend(Protocol):
         has reached the server, so the statement cannot apply later. The caller drops it."""
         ...
 
-    def engine_arguments(
-        self,
-        connect_args: dict[str, Any],
-        engine_kwargs: dict[str, Any],
-        *,
-        timeout: float,
-        connect_timeout: float,
-        synchronous_commit: bool,
-        pooler: str | None = None,
-    ) -> None:
-        """Fill in ``from_url``'s defaults (the caller's own entries win), in place;
-        ``pooler`` (``"transaction"``, ``"session"``): the URL reaches a connection pooler
-        (`LeaseValueError` when the backend has none)."""
-        ...
-
-    def engine_url(self, url: URL, pooler: str | None) -> URL:
-        """The URL ``from_url`` builds its engine on, for a `normalize_url` ``url`` (the
-        async driver may differ behind a ``pooler``)."""
-        ...
-
-    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
-        """After ``from_url`` built ``engine``: register the backend's one-off checks on it."""
+    def plan(self, url: URL, options: PlanOptions) -> Plan:
+        """Everything ``from_url`` builds for ``url`` (a `normalize_url` URL) with ``options``,
+        in one decision: engine defaults, the async driver behind a ``pooler`` (a
+        `LeaseValueError`, before any I/O, when the backend has none), the adaptor, the
+        checks on the built engine, and whether waiters can LISTEN."""
         ...
 
     def wakeup_source(
@@ -157,6 +235,13 @@ class Backend(Protocol):
     ) -> WakeupSource | None:
         """A notification channel feeding ``sink``, or None when the database has none."""
         ...
+
+
+class SyncExecution(Protocol):
+    """How `sql_lease.sync` runs statements on this database, and listens."""
+
+    #: The SQLAlchemy dialect+driver of a caller's sync engine for `sql_lease.sync`.
+    sync_driver: str
 
     def sync_url_executor(
         self,
@@ -173,7 +258,7 @@ class Backend(Protocol):
     ) -> SyncExecutor:
         """The sync provider's executor owning up to ``pool_size`` connections to ``url`` (as
         given, checked by `normalize_url`); calls bounded by ``timeout`` seconds. ``pooler``
-        and ``listen_url`` as for `engine_arguments` and the async ``from_url``
+        and ``listen_url`` as for `plan` and the async ``from_url``
         (`LeaseValueError`, before any I/O, when the backend has no such thing)."""
         ...
 
@@ -181,6 +266,23 @@ class Backend(Protocol):
         self, engine: Engine, table: str, *, where: str, timeout: float
     ) -> SyncExecutor:
         """The sync provider's executor borrowing connections from a caller's ``engine``."""
+        ...
+
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        """The thread that listens on ``channel`` for `sql_lease.sync`'s waiters, connecting
+        with an executor's ``listen_kwargs`` (only asked of a backend whose executors have
+        them)."""
+        ...
+
+
+class Migrations(Protocol):
+    """What the migrations need of this database beyond its statements."""
+
+    def extra_tables(self, table_name: str) -> frozenset[str]:
+        """The tables besides the leases table and its version table that the migrations
+        create for ``table_name`` on this database (none: an empty set)."""
         ...
 
     def migration_connect_args(
@@ -193,7 +295,7 @@ class Backend(Protocol):
         pooler: str | None = None,
     ) -> dict[str, Any]:
         """``connect_args`` of a migration's own engine (``create``: it may create the
-        database, as an upgrade of a SQLite file does; ``pooler``: as for `engine_arguments`,
+        database, as an upgrade of a SQLite file does; ``pooler``: as for `plan`,
         no startup parameter a pooler refuses)."""
         ...
 
@@ -214,12 +316,17 @@ class Backend(Protocol):
         ...
 
 
+class Backend(Dialect, AsyncExecution, SyncExecution, Migrations, Protocol):
+    """One database behind the SQL provider (see the module docstring): the four small
+    protocols together, what each backend package's ``BACKEND`` implements."""
+
+
 _BACKENDS: Final = {
     ("postgresql", "asyncpg"): "postgres",
     ("sqlite", "aiosqlite"): "sqlite",
 }
 #: Engines only ``from_url`` builds (marked with the `POOLED` execution option): PostgreSQL
-#: behind a transaction pooler runs on psycopg (see the backend's ``engine_url``).
+#: behind a transaction pooler runs on psycopg (see the backend's ``plan``).
 _POOLED_BACKENDS: Final = {("postgresql", "psycopg"): "postgres"}
 POOLED: Final = "sql_lease_pooler"
 #: The backend packages, in the order URL schemes are looked up.
@@ -261,6 +368,14 @@ def backend_for_sync_engine(engine: Engine) -> Backend | None:
     driver = f"{engine.dialect.name}+{engine.dialect.driver}"
     backend = backend_for_scheme(driver)
     return backend if backend is not None and backend.sync_driver == driver else None
+
+
+def backend_for_dialect(dialect: str) -> Backend | None:
+    """The backend of the SQLAlchemy dialect named ``dialect`` (its `name`), or None."""
+    for (name, _), package in _BACKENDS.items():
+        if name == dialect:
+            return backend_named(package)
+    return None
 
 
 def backend_for_url(url: URL) -> Backend:

@@ -1,6 +1,6 @@
 """The ``sql-lease`` command line (``python -m sql_lease``); needs the ``cli`` extra.
 
-Installed with the ``cli`` extra (click and rich; `sql_lease._install.pip_install` says how),
+Installed with the ``cli`` extra (click and rich; `sql_lease._core.install.pip_install` says how),
 which the core library does not require. `main` is the console script's entry point.
 """
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from .._install import pip_install
+from .._core.install import pip_install
 
 __all__ = ["main"]
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._urls import normalize_url, redact
+from ..backends._urls import normalize_url, redact
 from ..errors import LeaseValueError
 from ..migrate import ENV_URL
 from ._errors import CliError, ExitCode

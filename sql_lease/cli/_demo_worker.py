@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.queues import Queue
 from typing import Any
 
-from .._sql import SqlLeaseProvider
+from .._sqlprovider.provider import SqlLeaseProvider
 from ..coordinator import Coordinator, Run
 from ._db import Target
 from ._demo_report import Processed, RunRecord

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from .._contract import Lease
-from .._sql import SqlLeaseProvider
+from .._core.contract import Lease
+from .._sqlprovider.provider import SqlLeaseProvider
 from ._errors import ExitCode
 from ._format import escape, format_duration, format_time
 from ._options import Settings, database_options, to_age, to_name, to_prefix, to_ttl

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .._validate import MAX_TTL_MS, check_name
+from .._core.validate import MAX_TTL_MS, check_name
 from ..errors import LeaseError
 from ..migrate import ENV_SCHEMA, ENV_TABLE, ENV_URL
 from ..schema import DEFAULT_TABLE

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._contract import ForeignLease, Lease
+from .._core.contract import ForeignLease, Lease
 from ._format import escape, format_duration, format_time
 
 __all__ = [

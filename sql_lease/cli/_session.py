@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from .. import migrate
-from .._sql import SqlLeaseProvider
+from .._sqlprovider.provider import SqlLeaseProvider
 from ._options import Settings
 from ._output import note
 

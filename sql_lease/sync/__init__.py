@@ -12,7 +12,7 @@ on the same statements. PostgreSQL needs the ``sync`` extra (psycopg 3 and psyco
 SQLite needs only the standard library.
 """
 
-from .._contract import AcquireResult, Lease
+from .._core.contract import AcquireResult, Lease
 from ..errors import LeaseLost, LeaseNotAcquired
 from ._hold import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider

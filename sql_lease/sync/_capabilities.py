@@ -1,6 +1,6 @@
 """What the sync `hold` and `wait_for_lease` need from a provider, as small typed protocols.
 
-The blocking counterparts of `sql_lease._contract.LeaseProvider` and
+The blocking counterparts of `sql_lease._core.contract.LeaseProvider` and
 `sql_lease.capabilities`, detected with ``isinstance`` (never by looking for names): a provider
 with only the five contract methods works with a per-lease renewal and polling; one with
 `SyncBatchRenewal` is renewed in one statement per TTL, one that is `SyncWantMarking` (with
@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .._contract import AcquireResult
+from .._core.contract import AcquireResult
+from ..capabilities import Holder
 
 __all__ = [
     "SyncBatchRenewal",
@@ -68,8 +69,8 @@ class SyncWantMarking(Protocol):
         """True when releases and transfers of wanted keys send a notification."""
         ...
 
-    def want(self, key: str, wait_ms: int) -> tuple[str, int, datetime] | None:
-        """Mark ``key`` wanted for ``wait_ms``; its live holder (owner, fence, expiry)."""
+    def mark_wanted(self, key: str, wait_ms: int) -> Holder | None:
+        """Mark ``key`` wanted for ``wait_ms``; its live `Holder` (owner, fence, expiry)."""
         ...
 
 

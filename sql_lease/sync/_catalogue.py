@@ -9,23 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 
-from sqlalchemy import TextClause
-
-from .._guard import guard_clause
-from ..backends.postgres.catalogue import build_catalogue as build_postgres
-from ..backends.postgres.catalogue import guard_sql
-from ..backends.sqlite.catalogue import build_catalogue as build_sqlite
 from ..catalogue import Catalogue
 
-__all__ = [
-    "Statements",
-    "build_sqlite_statements",
-    "build_statements",
-    "guard_statement",
-    "statements_of",
-]
+__all__ = ["Statements", "statements_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +61,3 @@ def statements_of(c: Catalogue) -> Statements:
         now=c.now.sql,
         max_batch=c.max_batch,
     )
-
-
-def build_statements(table_name: str, schema: str | None = None) -> Statements:
-    """The PostgreSQL statements for ``schema.table_name``."""
-    return statements_of(build_postgres(table_name, schema))
-
-
-def build_sqlite_statements(table_name: str) -> Statements:
-    """The SQLite statements for ``table_name``."""
-    return statements_of(build_sqlite(table_name))
-
-
-@lru_cache(maxsize=64)
-def guard_statement(table: str) -> TextClause:
-    """The guard for an already quoted table name: (:key, :fence) -> one row when live."""
-    return guard_clause(guard_sql(table))

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import URL, Engine
 
-from .._urls import normalize_url, parse_url, redact
 from ..backends import Backend, SyncExecutor, backend_for_scheme, backend_for_sync_engine
+from ..backends._urls import normalize_url, parse_url, redact
 from ..errors import LeaseTypeError, LeaseValueError
 
 __all__ = ["Target", "engine_target", "parse"]

@@ -1,45 +1,55 @@
 """Fencing inside the caller's transaction, sync: ``provider.guard(conn, key, fence)``.
 
-The async guard's statement (`sql_lease._guard.guard_statement`) on a SQLAlchemy sync
-`Connection`: the live lease row of ``key`` with ``fence`` is read ``FOR SHARE``, so it cannot
-change hands until the caller's transaction ends.
+The catalogue's guard statement (as the async `sql_lease._sqlprovider.guard` sends it) on a
+SQLAlchemy sync `Connection`: the live lease row of ``key`` with ``fence`` is read ``FOR SHARE``,
+so it cannot change hands until the caller's transaction ends.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._urls import redact
-from .._validate import check_name
+from .._core.validate import check_name
+from .._sqlprovider.guard import guard_clause
+from ..backends._urls import redact
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
-from ._catalogue import guard_statement
-from ._errors import translate
+
+if TYPE_CHECKING:
+    from ..backends import Dialect
+    from ..catalogue import Catalogue
 
 __all__ = ["guard"]
 
 
-def guard(conn: Connection, table: str, key: str, fence: int) -> None:
+def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fence: int) -> None:
     """Lock ``key``'s live lease row with ``fence`` in ``conn``'s transaction, or raise.
 
-    Raises `LeaseLost` when ``fence`` is not the live fence of ``key``. Needs PostgreSQL and a
-    connection in a transaction (not AUTOCOMMIT); database failures are `LeaseDatabaseError`s.
+    Raises `LeaseLost` when ``fence`` is not the live fence of ``key``. Needs PostgreSQL (a
+    catalogue with a guard, and ``conn`` on its dialect) and a connection in a transaction (not
+    AUTOCOMMIT); database failures are `LeaseDatabaseError`s, translated by ``backend``.
     """
     k = check_name("key", key)
     if not isinstance(fence, int) or isinstance(fence, bool):
         raise LeaseTypeError(f"fence must be an int, not {type(fence).__name__}")
     if not isinstance(conn, Connection):
         raise LeaseTypeError(f"conn must be a sync Connection, not {type(conn).__name__}")
-    if conn.dialect.name != "postgresql":
-        raise LeaseValueError(f"guard needs PostgreSQL, not {conn.dialect.name}")
+    statement = catalogue.guard
+    if statement is None or conn.dialect.name != catalogue.dialect:
+        # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
+        given = conn.dialect.name if statement is not None else catalogue.dialect
+        raise LeaseValueError(f"guard needs PostgreSQL, not {given}")
+    table = catalogue.table
     try:
         driver = conn.connection.dbapi_connection
         if bool(getattr(driver, "autocommit", False)):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        row = conn.execute(guard_statement(table), {"key": k, "fence": fence}).first()
+        row = conn.execute(guard_clause(statement.sql), {"key": k, "fence": fence}).first()
     except DBAPIError as exc:
         cause = exc.orig if exc.orig is not None else exc
-        raise translate(
+        raise backend.translate(
             cause, operation="guard", where=redact(conn.engine.url), sent=False, table=table
         ) from exc
     if row is None:

@@ -18,10 +18,10 @@ from time import monotonic
 from types import TracebackType
 from typing import Self
 
-from .._contract import AcquireResult
-from .._handoff import check_transfer
-from .._keeper import check_hold
-from .._validate import Millis
+from .._core.contract import AcquireResult
+from .._core.validate import Millis
+from .._holding.handoff import check_transfer
+from .._holding.keeper import check_hold
 from ..capabilities import Renewal
 from ..errors import (
     LeaseDatabaseError,

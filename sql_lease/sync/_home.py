@@ -1,11 +1,11 @@
 """`SyncHome`: the sync provider finds its table's schema before its first statement, when it
-was given none (`sql_lease._schema_home`)."""
+was given none (`sql_lease._sqlprovider.schema_home`)."""
 
 from __future__ import annotations
 
 import threading
 
-from .._schema_home import home_of, renames
+from .._sqlprovider.schema_home import home_of, renames
 from ..backends import Backend, SyncExecutor
 from ._catalogue import Statements, statements_of
 

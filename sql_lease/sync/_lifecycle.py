@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .._contract import AcquireResult
-from .._forks import closed_error
-from .._validate import Millis
+from .._core.contract import AcquireResult
+from .._core.validate import Millis
+from .._sqlprovider.forks import closed_error
+from ..backends import Backend
 from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease, LeaseHook
 from ._renewer import Renewer
@@ -30,12 +31,9 @@ class SyncLifecycle:
     def _as_provider(self) -> SyncLeaseProvider:
         return cast(SyncLeaseProvider, self)  # the classes it is mixed into are providers
 
-    def _listen_on(self, channel: str, connect_kwargs: dict[str, Any]) -> None:
-        # Imported here: the LISTEN thread needs psycopg (the `sync` extra), which a provider
-        # on SQLite, or the CLI, does not.
-        from ._listen import Listener
-
-        self._life.hub.listener = Listener(channel, connect_kwargs, self._life.hub)
+    def _listen_on(self, backend: Backend, channel: str, connect_kwargs: dict[str, Any]) -> None:
+        # The backend imports its LISTEN thread's driver (psycopg: the `sync` extra) only now.
+        self._life.hub.listener = backend.sync_listener(channel, connect_kwargs, self._life.hub)
 
     def _self_notifying(self) -> None:
         self._life.hub.self_notifying = True

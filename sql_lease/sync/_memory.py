@@ -13,9 +13,9 @@ from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
-from .._contract import AcquireResult, Lease
+from .._core.contract import AcquireResult, Lease
+from .._core.validate import Millis
 from .._memory import InMemoryLeaseProvider as _AsyncMemory
-from .._validate import Millis
 from ..capabilities import Renewal
 from ..errors import LeaseClosedError
 from ._lifecycle import SyncLifecycle

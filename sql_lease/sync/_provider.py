@@ -15,12 +15,10 @@ from typing import Any, Self
 
 from sqlalchemy.engine import URL, Engine
 
-from .._contention import ContentionHints
-from .._contract import AcquireResult, Lease
-from .._forks import ForkAware
-from .._provider_args import check_bool, check_pooler, check_seconds, check_table
-from .._urls import redact
-from .._validate import (
+from .._core.contention import ContentionHints
+from .._core.contract import AcquireResult, Lease
+from .._core.provider_args import check_bool, check_pooler, check_seconds, check_table
+from .._core.validate import (
     Millis,
     check_items,
     check_limit,
@@ -29,8 +27,10 @@ from .._validate import (
     check_prefix,
     check_ttl,
 )
+from .._sqlprovider.forks import ForkAware
 from ..backends import Backend, SyncExecutor
-from ..capabilities import Renewal
+from ..backends._urls import redact
+from ..capabilities import Holder, Released, Renewal
 from ..catalogue import decode_list_live, label, name_of
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
@@ -163,12 +163,12 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         self._closed = False
         self._watch_forks()
         #: Diagnostics, as on the async provider: acquire statements run again, and failed
-        #: acquires answered by a read of the holder (see `sql_lease._contention`).
+        #: acquires answered by a read of the holder (see `sql_lease._core.contention`).
         self.acquire_reruns = 0
         self.acquire_reads = 0
         SyncLifecycle.__init__(self)
         if executor.listen_kwargs is not None:
-            self._listen_on(sql.channel, executor.listen_kwargs)
+            self._listen_on(backend, sql.channel, executor.listen_kwargs)
 
     # -- properties, lifecycle -----------------------------------------------------------
 
@@ -304,22 +304,21 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
 
     # -- forms that return what the statement reports (database time) --------------------
 
-    def release(self, key: str, owner: str) -> tuple[int, datetime] | None:
-        """Release; (fence, database time it took effect), or None when it was a no-op."""
+    def release(self, key: str, owner: str) -> Released | None:
+        """Release; the `Released` fence and database time it took effect, or None when it
+        was a no-op (as the async provider's ``release``)."""
         args = (check_name("key", key), check_name("owner", owner))
         rows = self._run("release_lease", True, self._sql.release, args)
-        return (rows[0][0], rows[0][1]) if rows else None
+        return Released(rows[0][0], rows[0][1]) if rows else None
 
-    def renew(self, key: str, owner: str, ttl_ms: Millis) -> tuple[int, datetime] | None:
-        """Renew; (fence, new expiry), or None when the lease was not held."""
+    def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
+        """Renew; the `Renewal` (fence, new expiry), or None when the lease was not held."""
         args = (check_name("key", key), check_name("owner", owner), check_ttl(ttl_ms))
         rows = self._run("renew_lease", True, self._sql.renew, args)
-        return (rows[0][0], rows[0][1]) if rows else None
+        return Renewal(rows[0][0], rows[0][1]) if rows else None
 
-    def transfer(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
-    ) -> tuple[int, datetime] | None:
-        """Transfer; (fence of the new owner, new expiry), or None when it was not held."""
+    def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> Renewal | None:
+        """Transfer; the new owner's `Renewal` (fence, expiry), or None when it was not held."""
         args = (
             check_name("key", key),
             check_name("from_owner", from_owner),
@@ -327,7 +326,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
             check_ttl(ttl_ms),
         )
         rows = self._run("transfer_lease", True, self._sql.transfer, args)
-        return (rows[0][0], rows[0][1]) if rows else None
+        return Renewal(rows[0][0], rows[0][1]) if rows else None
 
     # -- extensions ----------------------------------------------------------------------
 
@@ -394,14 +393,15 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
                 break
         return total
 
-    def want(self, key: str, wait_ms: Millis) -> tuple[str, int, datetime] | None:
-        """Mark ``key`` wanted for ``wait_ms`` (its release then notifies); its live holder."""
+    def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
+        """Mark ``key`` wanted for ``wait_ms`` (its release then notifies); its live `Holder`,
+        or None if free (as the async provider's ``mark_wanted``)."""
         k = check_name("key", key)
         wait = check_ttl(wait_ms, "wait_ms")
         rows = self._run("want", True, self._sql.want, (k, wait))
         if not rows:
             return None
-        return name_of(bytes(rows[0][0]), "owner", k), rows[0][1], rows[0][2]
+        return Holder(name_of(bytes(rows[0][0]), "owner", k), rows[0][1], rows[0][2])
 
     def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""
@@ -417,4 +417,4 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         if self._closed:
             raise self._closed_error("guard")
         self._renamed("", "guard")  # the statements name the table's schema from now on
-        guard(conn, self._sql.table, key, fence)
+        guard(self._sql.catalogue, self._backend, conn, key, fence)

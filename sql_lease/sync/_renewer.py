@@ -1,6 +1,6 @@
 """One renewal thread per provider: every held lease renewed together, in batches.
 
-Like the async renewer (`sql_lease._renewer`): the thread sleeps until the earliest lease is
+Like the async renewer (`sql_lease._holding.renewer`): the thread sleeps until the earliest lease is
 due, then renews every lease that has used at least half of its interval, one statement per
 distinct TTL (`SyncBatchRenewal.renew_many` where the provider has it, else ``renew_leases``,
 else one ``renew_lease`` per lease). It also notices a lease whose conservative local
@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable, Sequence
 from time import monotonic
 
-from .._keeper import fence_moved
-from .._renewer import Ticket as BaseTicket
+from .._holding.keeper import fence_moved
+from .._holding.renewer import Ticket as BaseTicket
 from ..capabilities import Renewal
 from ..errors import LeaseDatabaseError
 from ._capabilities import SyncBatchRenewal, SyncBoolBatchRenewal, SyncLeaseProvider
@@ -44,7 +44,7 @@ def renew_batch(
 
 
 class Ticket(BaseTicket):
-    """One held lease as the renewal thread sees it: `sql_lease._renewer.Ticket` (times are
+    """One held lease as the renewal thread sees it: `sql_lease._holding.renewer.Ticket` (times are
     `monotonic` seconds here) plus what the thread needs beside it.
 
     Its holder also sets ``deadline`` (conservative local expiry) and ``fence`` (the fence it

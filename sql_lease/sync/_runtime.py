@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 
-from .._contract import AcquireResult
-from .._validate import Millis
+from .._core.contract import AcquireResult
+from .._core.validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._capabilities import SyncLeaseProvider
 from ._renewer import Renewer

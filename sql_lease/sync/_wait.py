@@ -1,6 +1,6 @@
 """Waiting for a busy key, sync: ``provider.wait_for_lease(key, owner, ttl_ms, timeout_ms=...)``.
 
-The async algorithm (`sql_lease._wait`) with threads: try to acquire; if the key is taken,
+The async algorithm (`sql_lease._holding.wait`) with threads: try to acquire; if the key is taken,
 mark it wanted (PostgreSQL: its release or transfer then sends a NOTIFY), make sure the
 provider listens (`_listen`), try again (closing the race with a release in between) and sleep
 until notified, until the holder's known expiry (plus jitter), or until the timeout; then
@@ -18,12 +18,12 @@ from datetime import UTC, datetime, timedelta
 from time import monotonic
 from typing import TYPE_CHECKING, Final
 
-from .._contract import AcquireResult
-from .._validate import Millis, check_millis, check_name, check_ttl
+from .._core.contract import AcquireResult
+from .._core.validate import Millis, check_millis, check_name, check_ttl
 from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
 
 if TYPE_CHECKING:
-    from ._listen import Listener
+    from ..backends import SyncListener as Listener
 
 __all__ = ["POLL_S", "Hub", "wait_for"]
 
@@ -155,7 +155,7 @@ def wait_for(
             if remaining <= 0:
                 return result, started
             wait_ms = max(1, math.ceil(remaining * 1000))
-            marked = marking.want(key, wait_ms) if marking is not None else None
+            marked = marking.mark_wanted(key, wait_ms) if marking is not None else None
             hub.arm(waiter)
             if hub.listener is not None:
                 hub.listener.ready(min(remaining, ready_within))
@@ -167,7 +167,7 @@ def wait_for(
             # The key was free when it was to be marked wanted, and someone took it since:
             # mark it now, or its holder's release would send nothing (and we would sleep
             # until its expiry). Free again meanwhile: go round and acquire.
-            if marking is not None and marked is None and marking.want(key, wait_ms) is None:
+            if marking is not None and marked is None and marking.mark_wanted(key, wait_ms) is None:
                 continue
             wake_at = deadline
             if result.expires_at is not None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sql_lease._install import pip_install
+from sql_lease._core.install import pip_install
 
 from .conftest import Cli
 

@@ -20,7 +20,7 @@ from sql_lease import (
     LeaseLost,
     SqlLeaseProvider,
 )
-from sql_lease._wait import hub_for
+from sql_lease._holding.wait import hub_for
 
 LONG = 30_000
 

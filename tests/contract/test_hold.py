@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from sql_lease import HeldLease, LeaseError, LeaseLost, LeaseNotAcquired
-from sql_lease._renewer import Renewer
-from sql_lease._runtime import runtime_of
+from sql_lease._holding.renewer import Renewer
+from sql_lease._holding.runtime import runtime_of
 
 from .._events import eventually
 

@@ -22,8 +22,8 @@ from sql_lease import (
     LeaseLost,
     SqlLeaseProvider,
 )
-from sql_lease._contract import AcquireResult
-from sql_lease._keeper import fence_moved
+from sql_lease._core.contract import AcquireResult
+from sql_lease._holding.keeper import fence_moved
 from sql_lease.capabilities import Renewal
 
 from .._events import eventually

@@ -278,7 +278,7 @@ async def test_concurrent_acquires_in_one_process_elect_one_owner(provider: Any)
 
 async def test_a_key_seen_held_is_still_won_as_soon_as_it_is_free(provider: Any) -> None:
     # A SQL provider answers repeated acquires of a key seen held by reading the holder first
-    # (sql_lease._contention); every row of §3 must still hold on that path.
+    # (sql_lease._core.contention); every row of §3 must still hold on that path.
     held = await provider.acquire_lease("k", "a", 2_000)
     for _ in range(3):
         lost = await provider.acquire_lease("k", "b", LONG)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sql_lease import LeaseNotAcquired
-from sql_lease._wait import hub_for
+from sql_lease._holding.wait import hub_for
 
 from .._events import acquired_at, eventually
 

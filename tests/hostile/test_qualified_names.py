@@ -171,7 +171,7 @@ def test_sync_contract_is_untouched(hostile: Hostile, pooled: bool) -> None:
         assert p.acquire_lease("k", "a", 1).acquired
         time.sleep(0.05)
         assert p.purge_expired(min_age_ms=1) == 1
-        assert p.want("job", 1_000) is not None
+        assert p.mark_wanted("job", 1_000) is not None
         assert p.force_release("job")
         assert hostile.truth("job") is None
     finally:

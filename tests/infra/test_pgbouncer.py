@@ -31,7 +31,7 @@ from sql_lease import (
     LeaseValueError,
     SqlLeaseProvider,
 )
-from sql_lease._wait import hub_for
+from sql_lease._holding.wait import hub_for
 from sql_lease.backends import backend_for
 from sql_lease.backends.postgres.listen import Listener
 

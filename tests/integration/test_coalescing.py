@@ -16,7 +16,7 @@ from sql_lease import (
     LeaseValueError,
     SqlLeaseProvider,
 )
-from sql_lease._urls import normalize_url
+from sql_lease.backends._urls import normalize_url
 from tests._observers import Recorder
 
 WRITES = ("acquire", "renew", "release", "transfer")

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import SqlLeaseProvider
-from sql_lease._urls import normalize_url
+from sql_lease.backends._urls import normalize_url
 
 from .._events import eventually
 

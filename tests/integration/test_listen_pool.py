@@ -1,10 +1,11 @@
 """The LISTEN connection of `wait_for_lease` never needs a slot of the provider's pool.
 
 A `from_url` provider keeps the connections its calls used checked out of its pool
-(`sql_lease._connections`): while 40 callers are busy, every slot is out. The listener used to
-check its connection out of that same pool and time out there, so waiters polled instead of
-being notified, and "listener could not connect" was logged. Two pools: the default 10 + 10
-(with coalescing off, so that 40 concurrent calls need 20 connections) and one of 2 slots.
+(`sql_lease._sqlprovider.connections`): while 40 callers are busy, every slot is out. The
+listener used to check its connection out of that same pool and time out there, so waiters
+polled instead of being notified, and "listener could not connect" was logged. Two pools: the
+default 10 + 10 (with coalescing off, so that 40 concurrent calls need 20 connections) and one of
+2 slots.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from sql_lease import SqlLeaseProvider
-from sql_lease._wait import hub_for
+from sql_lease._holding.wait import hub_for
 from sql_lease.backends.postgres.listen import Listener
 
 from .._events import acquired_at, eventually

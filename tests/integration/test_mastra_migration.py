@@ -14,8 +14,8 @@ import psycopg
 from sqlalchemy.engine import make_url
 
 from sql_lease import migrate
-from sql_lease._app_alembic import lease_table_names
-from sql_lease._event_names import event_names
+from sql_lease._migrating.app_alembic import lease_table_names
+from sql_lease._migrating.event_names import event_names
 
 
 def _connect(url: str) -> psycopg.Connection[tuple[object, ...]]:

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from sql_lease import LeaseError, LeaseTypeError, SqlLeaseProvider, lease_table, migrate
-from sql_lease._urls import normalize_url
+from sql_lease.backends._urls import normalize_url
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider
-from sql_lease._wait import hub_for
+from sql_lease._holding.wait import hub_for
 from sql_lease.backends.postgres.listen import Listener
 
 from .._events import acquired_at, eventually

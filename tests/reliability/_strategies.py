@@ -9,7 +9,7 @@ from fractions import Fraction
 
 from hypothesis import strategies as st
 
-from sql_lease._validate import MAX_NAME_BYTES, MAX_TTL_MS
+from sql_lease._core.validate import MAX_NAME_BYTES, MAX_TTL_MS
 
 #: Names that are easy to get wrong: NUL, escapes that look like NUL, composed vs decomposed
 #: accents (different strings, must stay different), astral characters, whitespace.

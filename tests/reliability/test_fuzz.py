@@ -37,7 +37,7 @@ from sql_lease import (
     SqlLeaseProvider,
     migrate,
 )
-from sql_lease._validate import MAX_NAME_BYTES, MAX_TTL_MS
+from sql_lease._core.validate import MAX_NAME_BYTES, MAX_TTL_MS
 
 from ._strategies import anything, bad_names, bad_ttls, names, ttls
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
 from sql_lease import InMemoryLeaseProvider, SqlLeaseProvider, migrate
-from sql_lease._validate import MAX_TTL_MS
+from sql_lease._core.validate import MAX_TTL_MS
 
 from ._strategies import names
 

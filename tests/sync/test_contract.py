@@ -87,7 +87,7 @@ for _case in CASES:
 
 
 # Every third case of the async suite's: each method and argument is covered (the checks are
-# the shared `sql_lease._validate` ones, run before any I/O).
+# the shared `sql_lease._core.validate` ones, run before any I/O).
 test_bad_argument_is_rejected_and_changes_nothing = on_every_backend(
     test_bad_input.test_bad_argument_is_rejected_and_changes_nothing,
     [pytest.mark.parametrize(("method", "param", "value", "exc"), test_bad_input.cases()[::3])],

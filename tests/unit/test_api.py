@@ -168,7 +168,7 @@ def test_bad_timeouts_are_rejected(timeout: float) -> None:
     ],
 )
 def test_user_urls_map_to_asyncpg(url: str) -> None:
-    from sql_lease._urls import normalize_url
+    from sql_lease.backends._urls import normalize_url
 
     parsed = normalize_url(url)
     assert parsed.drivername == "postgresql+asyncpg"
@@ -191,9 +191,10 @@ def test_repr_never_shows_the_password() -> None:
 
 
 def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
-    from sql_lease.sync._catalogue import build_statements
+    from sql_lease.backends.postgres.catalogue import build_catalogue
+    from sql_lease.sync._catalogue import statements_of
 
-    sql = build_statements("my_leases", "coord")
+    sql = statements_of(build_catalogue("my_leases", "coord"))
     assert sql.table == '"coord"."my_leases"'
     sequence = '"coord"."my_leases_fence_seq"'
     assert f"pg_catalog.nextval('{sequence}'::pg_catalog.regclass)" in sql.acquire
@@ -203,7 +204,7 @@ def test_statement_catalogue_quotes_identifiers_and_binds_values() -> None:
 
 
 def test_libpq_tls_parameters_reach_asyncpg_through_its_dsn() -> None:
-    from sql_lease._urls import normalize_url, redact
+    from sql_lease.backends._urls import normalize_url, redact
 
     url = normalize_url(
         "postgres://u:pw@db.example/app?sslmode=verify-full&sslrootcert=/etc/ca.pem"

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from sql_lease import _coalesce as coalesce
-from sql_lease._coalesce import Coalescer, Waiter
-from sql_lease._deadlines import Deadlines
+from sql_lease._core.deadlines import Deadlines
+from sql_lease._sqlprovider import coalescer as coalesce
+from sql_lease._sqlprovider.coalescer import Coalescer, Waiter
 from sql_lease.catalogue import Row
 
 
@@ -142,7 +142,7 @@ async def test_always_mode_sends_even_a_lone_call_as_a_batch() -> None:
 
 
 def test_a_batch_error_reaches_each_caller_under_its_own_method() -> None:
-    from sql_lease._coalesced import _for_call
+    from sql_lease._sqlprovider.batch_senders import _for_call
     from sql_lease.errors import LeaseConnectionError, LeaseTimeoutError
 
     cause = OSError("reset")

@@ -1,11 +1,11 @@
-"""The contention hints that let acquire read before it writes (sql_lease._contention)."""
+"""The contention hints that let acquire read before it writes (sql_lease._core.contention)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sql_lease import _contention
-from sql_lease._contention import MAX_HINTS, ContentionHints
+from sql_lease._core import contention as _contention
+from sql_lease._core.contention import MAX_HINTS, ContentionHints
 
 
 def test_a_key_is_contended_only_after_it_was_seen_held() -> None:

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from sql_lease import NOOP_LEASE_PROVIDER, InMemoryLeaseProvider, LeaseTypeError, LeaseValueError
-from sql_lease._validate import MAX_TTL_MS, check_millis, check_ttl
+from sql_lease._core.validate import MAX_TTL_MS, check_millis, check_ttl
 
 
 @pytest.mark.parametrize(

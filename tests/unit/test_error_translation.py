@@ -21,8 +21,8 @@ from sql_lease import (
     LeaseSchemaError,
     LeaseTimeoutError,
 )
-from sql_lease._dberrors import Failure
-from sql_lease._urls import redact
+from sql_lease._core.failures import Failure
+from sql_lease.backends._urls import redact
 from sql_lease.backends.postgres import errors as pg
 from sql_lease.backends.sqlite import errors as lite
 

@@ -21,8 +21,8 @@ from sql_lease import (
     LeaseLost,
     LeaseValueError,
 )
-from sql_lease._runtime import runtime_of
-from sql_lease._wait import hub_for, wait_for_lease
+from sql_lease._holding.runtime import runtime_of
+from sql_lease._holding.wait import hub_for, wait_for_lease
 from sql_lease.capabilities import Renewal
 
 from .._events import eventually

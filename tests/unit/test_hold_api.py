@@ -17,7 +17,8 @@ from sql_lease import (
     LeaseNotAcquired,
     SqlLeaseProvider,
 )
-from sql_lease.sync._catalogue import guard_statement
+from sql_lease._sqlprovider.guard import guard_clause
+from sql_lease.backends import backend_named
 
 
 def test_hold_names_are_exported() -> None:
@@ -44,7 +45,9 @@ def test_errors_carry_their_data_in_attributes() -> None:
 
 
 def test_guard_statement_locks_the_live_row_with_the_fence() -> None:
-    sql = str(guard_statement('"coord"."leases"'))
+    statement = backend_named("postgres").catalogue("leases", "coord").guard
+    assert statement is not None
+    sql = str(guard_clause(statement.sql))
     assert 'FROM "coord"."leases"' in sql
     assert ":key" in sql and ":fence" in sql
     assert "clock_timestamp()" in sql and sql.endswith("FOR SHARE")

@@ -11,7 +11,7 @@ import pytest
 
 import sql_lease
 from sql_lease import LONG_KEY_HEAD_BYTES, LONG_KEY_MARKER, LeaseTypeError, map_long_key
-from sql_lease._validate import MAX_NAME_BYTES, check_name
+from sql_lease._core.validate import MAX_NAME_BYTES, check_name
 
 VECTORS = Path(__file__).parents[2] / "integrations" / "mastra" / "test" / "key-vectors.json"
 

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from sql_lease import AcquireResult, InMemoryLeaseProvider, _wait
+from sql_lease import AcquireResult, InMemoryLeaseProvider
+from sql_lease._holding import wait as _wait
 
 from .._events import EVENT_S, eventually
 

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider
-from sql_lease._libpq import SUPPORTED, connect_arguments
-from sql_lease._urls import normalize_url, redact
+from sql_lease.backends._urls import normalize_url, redact
+from sql_lease.backends.postgres.libpq import SUPPORTED, connect_arguments
 from sql_lease.errors import LeaseValueError
 
 

@@ -1,6 +1,6 @@
 /**
  * Which keys are contended right now, so that acquire can look before it writes (as the Python
- * provider's `sql_lease._contention`).
+ * provider's `sql_lease._core.contention`).
  *
  * An acquire of a key another owner holds is bound to fail, and its full statement (an insert
  * or update gated on the snapshot) costs the server about twice a plain read even when it

@@ -3,7 +3,7 @@
  * leases table.
  *
  * The tables come from revision 0003 of sql_lease's Alembic migrations (the one source of the
- * schema); their names derive from the leases table's as `sql_lease._event_names` derives
+ * schema); their names derive from the leases table's as `sql_lease._migrating.event_names` derives
  * them, and `EXPECTED_COLUMNS` is what this package relies on. The drift test migrates a
  * database and compares it with both.
  *

@@ -31,7 +31,7 @@ test('event object names are derived as the Python migration derives them', asyn
     ['t'.repeat(40), 's'.repeat(40)], // a channel name past 63 bytes is hashed
   ];
   const script =
-    'import json, sys\nfrom sql_lease._event_names import event_names\n' +
+    'import json, sys\nfrom sql_lease._migrating.event_names import event_names\n' +
     'out = []\nfor t, s in json.loads(sys.argv[1]):\n    n = event_names(t, s)\n' +
     '    out.append({"events": n.events, "topics": n.topics, "groups": n.groups, "claims": n.claims,' +
     ' "idSequence": n.id_sequence, "stampFunction": n.stamp_function, "channel": n.channel})\n' +

@@ -24,13 +24,13 @@ from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
-from ..._dberrors import Failure
-from ..._deadlines import server_millis
-from ..._install import pip_install
+from ..._core.deadlines import server_millis
+from ..._core.failures import Failure
+from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
-from ...catalogue import Catalogue
+from ...catalogue import Catalogue, ServerCall
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Fetch, SyncExecutor
+from .. import Adaptor, Fetch, Plan, PlanOptions, SyncExecutor, SyncListener
 from . import driver, errors, functions, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
@@ -60,6 +60,9 @@ class PostgresBackend:
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         functions.register(table_name, schema, home)  # the calls pooler mode sends instead
         return build_catalogue(table_name, schema, home)
+
+    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
+        return functions.server_calls(table_name, schema)
 
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)
@@ -102,7 +105,7 @@ class PostgresBackend:
 
             await psycopg_driver.settle(fairy)
 
-    def engine_url(self, url: URL, pooler: str | None) -> URL:
+    def _engine_url(self, url: URL, pooler: str | None) -> URL:
         if pooler != "transaction":
             return url
         try:
@@ -113,26 +116,42 @@ class PostgresBackend:
             ) from exc
         return psycopg_driver.engine_url(url)
 
-    def engine_arguments(
-        self,
-        connect_args: dict[str, Any],
-        engine_kwargs: dict[str, Any],
-        *,
-        timeout: float,
-        connect_timeout: float,
-        synchronous_commit: bool,
-        pooler: str | None = None,
-    ) -> None:
+    def plan(self, url: URL, options: PlanOptions) -> Plan:
+        o = options
+        connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
         driver.engine_arguments(
             connect_args,
             engine_kwargs,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            synchronous_commit=synchronous_commit,
-            pooler=pooler,
+            timeout=o.timeout,
+            connect_timeout=o.connect_timeout,
+            synchronous_commit=o.synchronous_commit,
+            pooler=o.pooler,
+        )
+        listen_args = None
+        if o.listen_url is not None:
+            listen_args = dict(o.connect_args)
+            driver.engine_arguments(
+                listen_args,
+                {},
+                timeout=o.timeout,
+                connect_timeout=o.connect_timeout,
+                synchronous_commit=True,
+                pooler=o.pooler,
+            )
+        return Plan(
+            engine_url=self._engine_url(url, o.pooler),
+            connect_args=connect_args,
+            engine_kwargs=engine_kwargs,
+            adaptor=self.adaptor(o.timeout, o.synchronous_commit),
+            watch=lambda engine: self._watch_engine(engine, o.timeout, o.pooler),
+            pooler=o.pooler,
+            # LISTEN needs a session: behind a transaction pooler only on ``listen_url``.
+            listens=o.pooler != "transaction" or o.listen_url is not None,
+            listen_url=o.listen_url,
+            listen_connect_args=listen_args,
         )
 
-    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
+    def _watch_engine(self, engine: AsyncEngine, timeout: float, pooler: str | None) -> None:
         if engine.dialect.driver == "psycopg":
             from . import psycopg_driver
 
@@ -178,6 +197,13 @@ class PostgresBackend:
         from .sync_connect import engine_executor
 
         return engine_executor(engine, table, where=where, timeout=timeout)
+
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        from .sync_listen import Listener  # psycopg: imported only by a sync provider
+
+        return Listener(channel, connect_kwargs, sink)
 
     def migration_connect_args(
         self,

@@ -11,17 +11,17 @@ what keeps fences strictly increasing per key even when an insert races a deleti
 draws its fence before it reaches the index, so it must never follow a deletion it did not see).
 Every object is named in full, so that no session setting and no co-tenant can change what a
 statement does: relations and the sequence carry their schema (`build_catalogue` is given the
-schema the provider resolved, `sql_lease._schema_home`), functions, operators and types come from
-``pg_catalog`` explicitly (``OPERATOR(pg_catalog.=)``, ``pg_catalog.clock_timestamp()``; a
-look-alike ``public."="(bytea, bytea)`` or ``public.nextval(text)`` earlier on the search path is
-never a candidate). `sql_lease.backends.postgres.sqlnames` holds the spellings.
+schema the provider resolved, `sql_lease._sqlprovider.schema_home`), functions, operators and
+types come from ``pg_catalog`` explicitly (``OPERATOR(pg_catalog.=)``,
+``pg_catalog.clock_timestamp()``; a look-alike ``public."="(bytea, bytea)`` or
+``public.nextval(text)`` earlier on the search path is never a candidate).
+`sql_lease.backends.postgres.sqlnames` holds the spellings.
 
 Plain data: no I/O, no driver.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from ...catalogue import (
@@ -40,6 +40,7 @@ from ...catalogue import (
     decode_renewed_pair,
 )
 from ...schema import fence_sequence_name, notify_channel
+from .. import quote_ident
 from .batch import build_batches
 from .sqlnames import (
     BYTEA,
@@ -59,7 +60,6 @@ from .sqlnames import (
 __all__ = ["HOME_SQL", "MAX_BATCH", "build_catalogue", "guard_sql", "quote_ident"]
 
 MAX_BATCH: Final = 50_000  # pairs per renew statement
-_DERIVED = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 #: Where table $1 lives when the provider was given no schema: the first schema of the
 #: session's *default* search path (``reset_val``: the role's and database's setting, not a
@@ -81,14 +81,6 @@ ORDER BY p.n LIMIT 1
 """.strip()
 
 
-def quote_ident(name: str) -> str:
-    """Quote an identifier built from validated names (derived names may exceed the 40
-    characters allowed for a table or schema name, never PostgreSQL's 63)."""
-    if not _DERIVED.fullmatch(name):
-        raise ValueError(f"not a plain identifier: {name!r}")
-    return '"' + name + '"'
-
-
 def guard_sql(table: str) -> str:
     """The guard for an already quoted table: (:key, :fence) -> one row when that fence is
     the live fence of the key, read ``FOR SHARE`` (kept so until the transaction ends)."""
@@ -104,8 +96,8 @@ def build_catalogue(
     """Build the PostgreSQL catalogue for ``schema.table_name``.
 
     ``home`` is the schema the table was found in when the caller gave no ``schema``
-    (`sql_lease._schema_home`): the statements name it, the NOTIFY channel stays the one of
-    ``schema`` (None), as every client of the table computes it. Without either, the table is
+    (`sql_lease._sqlprovider.schema_home`): the statements name it, the NOTIFY channel stays the
+    one of ``schema`` (None), as every client of the table computes it. Without either, the table is
     left unqualified (a catalogue that is only ever sent once its home is known).
     """
     t = quote_ident(table_name)

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import await_only
 
-from ..._deadlines import server_millis
+from ..._core.deadlines import server_millis
 from .. import POOLED, Fetch
 
 __all__ = ["engine_arguments", "fetch_of", "settle", "watch_server_timeouts"]

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Final
 
-from ...catalogue import Batches, Catalogue, Statement
+from ...catalogue import Batches, Catalogue, ServerCall, Statement
 from .catalogue import build_catalogue, quote_ident
 
-__all__ = ["Routine", "call_for", "register", "routines"]
+__all__ = ["Routine", "call_for", "register", "routines", "server_calls"]
 
 _KOT: Final = ("bytea", "bytea", "bigint")
 _TIMES: Final = ("fence bigint", "expires_at timestamptz")
@@ -143,6 +143,17 @@ def register(table_name: str, schema: str | None = None, home: str | None = None
             calls.append(_call(name, where, [*_params(before, widths[kind]), wait]))
             before += widths[kind]
         _CALLS[_batches(cat).writes(kinds).sql] = "\nUNION ALL ".join(calls)
+
+
+def server_calls(table_name: str, schema: str) -> dict[str, ServerCall]:
+    """The call of each statement of ``schema.table_name`` that has a function (by text)."""
+    register(table_name, schema)
+    found = {}
+    for routine in routines(table_name, schema):
+        call = call_for(routine.statement)
+        if call is not None:
+            found[routine.statement] = ServerCall(routine.name, routine.arguments, call)
+    return found
 
 
 def call_for(sql: str) -> str | None:

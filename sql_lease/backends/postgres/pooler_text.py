@@ -21,7 +21,7 @@ from typing import Final
 
 import psycopg
 
-from ..._deadlines import server_millis
+from ..._core.deadlines import server_millis
 from . import functions
 from .psycopg_values import PIN_OUTPUT
 from .psycopg_wire import Template, template

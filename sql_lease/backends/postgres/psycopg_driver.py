@@ -40,10 +40,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..._libpq import DSN_PREFIX
 from ...errors import LeaseValueError
 from .. import Adaptor, Fetch
 from .errors import NotSentError
+from .libpq import DSN_PREFIX
 from .pooler_text import PoolerStatements
 from .psycopg_wire import Exchange
 

@@ -36,7 +36,7 @@ from psycopg.pq import ExecStatus
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..._dberrors import Failure
+from ..._core.failures import Failure
 from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
 from .errors import classify, translate

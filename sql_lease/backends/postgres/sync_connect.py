@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL, Engine
 
-from ..._deadlines import server_millis
+from ..._core.deadlines import server_millis
 from ...errors import LeaseValueError
 from .pooler_text import PoolerStatements
 from .sync import EnginePgSource, PgExecutor, open_pool

@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 
 from sqlalchemy.engine import URL
 
-from ..._libpq import DSN_ONLY, DSN_PREFIX, check_query
 from ...errors import LeaseValueError
+from .libpq import DSN_ONLY, DSN_PREFIX, check_query
 
 __all__ = ["SCHEMES", "TWO_ATS", "check_port", "host_port", "normalize_url"]
 
@@ -23,7 +23,8 @@ TWO_ATS: Final = (
 def normalize_url(parsed: URL) -> URL:
     """``parsed`` as ``postgresql+asyncpg``: ``sslmode`` becomes asyncpg's ``ssl``, and the
     TLS file and version parameters reach asyncpg through its ``dsn`` argument, the only way
-    it takes them; any query parameter that is not one of `sql_lease._libpq`'s raises."""
+    it takes them; any query parameter that is not one of `sql_lease.backends.postgres.libpq`'s
+    raises."""
     if "@" in (parsed.host or ""):
         raise LeaseValueError(TWO_ATS)
     if parsed.port is not None:

@@ -16,14 +16,14 @@ from __future__ import annotations
 from typing import Any, Final
 
 from sqlalchemy.engine import URL, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
-from ..._dberrors import Failure
+from ..._core.failures import Failure
 from ...capabilities import WakeupSink, WakeupSource
-from ...catalogue import Catalogue
+from ...catalogue import Catalogue, ServerCall
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, SyncExecutor
+from .. import Adaptor, Plan, PlanOptions, SyncExecutor, SyncListener
 from . import driver, errors, startup
 from .catalogue import build_catalogue, counter_table_name
 
@@ -58,6 +58,9 @@ class SqliteBackend:
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         return build_catalogue(table_name)
 
+    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
+        return {}  # no server functions
+
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)
 
@@ -81,31 +84,39 @@ class SqliteBackend:
     async def settle(self, fairy: PoolProxiedConnection) -> None:
         pass  # an interrupted SQLite statement is rolled back with its connection
 
-    def engine_arguments(
-        self,
-        connect_args: dict[str, Any],
-        engine_kwargs: dict[str, Any],
-        *,
-        timeout: float,
-        connect_timeout: float,
-        synchronous_commit: bool,
-        pooler: str | None = None,
-    ) -> None:
-        if pooler is not None:
+    def plan(self, url: URL, options: PlanOptions) -> Plan:
+        o = options
+        if o.pooler is not None:
             raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")
+        connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
         driver.engine_arguments(
             connect_args,
             engine_kwargs,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            synchronous_commit=synchronous_commit,
+            timeout=o.timeout,
+            connect_timeout=o.connect_timeout,
+            synchronous_commit=o.synchronous_commit,
         )
-
-    def engine_url(self, url: URL, pooler: str | None) -> URL:
-        return url
-
-    def watch_engine(self, engine: AsyncEngine, *, timeout: float, pooler: str | None) -> None:
-        return None
+        listen_args = None
+        if o.listen_url is not None:
+            listen_args = dict(o.connect_args)
+            driver.engine_arguments(
+                listen_args,
+                {},
+                timeout=o.timeout,
+                connect_timeout=o.connect_timeout,
+                synchronous_commit=True,
+            )
+        return Plan(
+            engine_url=url,
+            connect_args=connect_args,
+            engine_kwargs=engine_kwargs,
+            adaptor=self.adaptor(o.timeout, o.synchronous_commit),
+            watch=lambda engine: None,
+            pooler=None,
+            listens=True,  # no notifications anyway: `wakeup_source` is None, waiters poll
+            listen_url=o.listen_url,
+            listen_connect_args=listen_args,
+        )
 
     def wakeup_source(
         self, pool: Pool, channel: str, timeout: float, sink: WakeupSink
@@ -144,6 +155,11 @@ class SqliteBackend:
 
         source = EngineSqliteSource(engine, settings=pragmas(timeout, True))
         return SqliteExecutor(source, where=where, table=table)
+
+    def sync_listener(
+        self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink
+    ) -> SyncListener:
+        raise LeaseValueError("SQLite has no notifications: its waiters poll")
 
     def migration_connect_args(
         self,

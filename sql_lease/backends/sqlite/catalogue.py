@@ -13,11 +13,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Final
 
-from ..._validate import check_identifier
+from ..._core.validate import check_identifier
 from ...capabilities import Renewal
 from ...catalogue import (
     Catalogue,
     Statement,
+    Transaction,
     decode_acquire,
     decode_force_release,
     decode_holder,
@@ -36,6 +37,11 @@ __all__ = ["MAX_BATCH", "NOW", "build_catalogue", "counter_table_name", "sqlite_
 
 NOW: Final = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 MAX_BATCH: Final = 10_000  # pairs per renew statement (SQLite binds at most 32,766 values)
+#: Coalesced calls go out as their one-row statements in one transaction; a write batch takes
+#: the write lock at once (``BEGIN IMMEDIATE``: no upgrade from a read lock to fail on).
+TRANSACTION: Final = Transaction(
+    begin_write="BEGIN IMMEDIATE", begin="BEGIN", commit="COMMIT", rollback="ROLLBACK"
+)
 
 
 def _plus(param: str) -> str:
@@ -197,6 +203,7 @@ RETURNING 1
         now=Statement("now", f"SELECT {NOW}", (), ("now",), decode_now),
         guard=None,  # fencing inside the caller's transaction needs PostgreSQL's FOR SHARE
         max_batch=MAX_BATCH,
+        transaction=TRANSACTION,
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..._deadlines import SERVER_SHARE
+from ..._core.deadlines import SERVER_SHARE
 from .. import Adaptor, Fetch
 from .errors import ConnectionClosed
 from .startup import open_existing, pragmas, start

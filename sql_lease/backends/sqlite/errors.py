@@ -11,7 +11,7 @@ import sqlite3
 
 from sqlalchemy import exc as sa_exc
 
-from ..._dberrors import Failure, chain, driver_message, migrations_hint
+from ..._core.failures import Failure, chain, driver_message, migrations_hint
 from ...errors import (
     LeaseConnectionError,
     LeaseDatabaseError,

@@ -20,8 +20,8 @@ from typing import Any, Final
 
 import aiosqlite
 
-from ..._deadlines import server_millis
-from ...errors import LeaseSchemaError
+from ..._core.deadlines import server_millis
+from .. import MissingDatabaseFile
 from .errors import is_busy
 
 __all__ = [
@@ -125,18 +125,6 @@ def start_sync(conn: sqlite3.Connection, settings: tuple[str, ...]) -> None:
         _one_sync(conn, pragma)
     busy_ms = _one_sync(conn, "PRAGMA busy_timeout")
     ensure_wal_sync(conn, float(busy_ms or 0) / 1000)
-
-
-class MissingDatabaseFile(LeaseSchemaError):
-    """The SQLite database file does not exist: the migrations create it."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(
-            f"the SQLite database {path} does not exist: create it and its leases table with "
-            f"the migrations (`sql-lease migrate --url sqlite:///{path}` or "
-            "`sql_lease.migrate.upgrade(url)`)"
-        )
-        self.path = path
 
 
 def _existing_uri(database: str) -> str:

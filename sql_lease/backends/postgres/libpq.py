@@ -4,7 +4,7 @@
 module does not know, or a value asyncpg would refuse at the first connection, raises
 `LeaseValueError` naming it. `connect_arguments` turns the parameters asyncpg cannot read from
 a URL (``application_name``, ``options``, ``connect_timeout``, the keepalives) into its
-``connect()`` keyword arguments, for `sql_lease._urls.build_engine`.
+``connect()`` keyword arguments, for `sql_lease.backends._urls.build_engine`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl
 
 from sqlalchemy.engine import URL
 
-from .errors import LeaseValueError
+from ...errors import LeaseValueError
 
 __all__ = ["DSN_ONLY", "DSN_PREFIX", "SUPPORTED", "check_query", "connect_arguments"]
 

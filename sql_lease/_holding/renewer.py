@@ -7,7 +7,7 @@ renews (run concurrently): `BatchRenewal.renew_many` when the provider has it, e
 ``renew_leases``, else one ``renew_lease`` per lease. The loop exists only while something is
 held. A renewer sees a lease only as a `Ticket` (what to renew, when, whom to tell), so it
 knows nothing of `HeldLease`; it refers to its provider through a callable, weakly for the
-providers of others (see `sql_lease._runtime`).
+providers of others (see `sql_lease._holding.runtime`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ._contract import LeaseProvider
-from .capabilities import BatchRenewal, Renewal
-from .errors import LeaseClosedError, LeaseDatabaseError
+from .._core.contract import LeaseProvider
+from ..capabilities import BatchRenewal, Renewal
+from ..errors import LeaseClosedError, LeaseDatabaseError
 
 __all__ = ["BoolBatchRenewal", "Outcome", "Renewer", "Ticket", "renew_batch"]
 

@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import Any, Final
 
-from ._deadlines import Deadlines
-from .catalogue import Row
+from .._core.deadlines import Deadlines
+from ..catalogue import Row
 
 __all__ = ["MAX_BATCH", "Coalescer", "Lane", "Waiter"]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._event_names import event_names
-from ._validate import check_identifier
-from .backends import BACKEND_PACKAGES, backend_named
-from .schema import DEFAULT_TABLE, version_table_name
+from .._core.validate import check_identifier
+from ..backends import BACKEND_PACKAGES, backend_named
+from ..schema import DEFAULT_TABLE, version_table_name
+from .event_names import event_names
 
 __all__ = ["IncludeName", "exclude_leases", "include_name", "lease_table_names"]
 

@@ -15,10 +15,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from ._renewer import Renewer, Ticket
-from ._validate import Millis, check_millis, check_name, check_ttl
-from .capabilities import Renewal
-from .errors import LeaseValueError
+from .._core.validate import Millis, check_millis, check_name, check_ttl
+from ..capabilities import Renewal
+from ..errors import LeaseValueError
+from .renewer import Renewer, Ticket
 
 __all__ = ["Keeper", "check_hold", "fence_moved", "renew_interval"]
 

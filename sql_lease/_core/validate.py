@@ -6,7 +6,7 @@ import re
 from datetime import timedelta
 from typing import Final, TypeAlias
 
-from .errors import LeaseTypeError, LeaseValueError
+from ..errors import LeaseTypeError, LeaseValueError
 
 __all__ = [
     "MAX_NAME_BYTES",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ._validate import check_identifier
-from .errors import LeaseTypeError, LeaseValueError
+from ..errors import LeaseTypeError, LeaseValueError
+from .validate import check_identifier
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from ..backends import Backend
 
 __all__ = ["MAX_SECONDS", "POOLERS", "check_bool", "check_pooler", "check_seconds", "check_table"]
 

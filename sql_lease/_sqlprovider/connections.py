@@ -25,7 +25,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
-    from .backends import Adaptor, Fetch
+    from ..backends import Adaptor, Fetch
 
 __all__ = ["Connections"]
 

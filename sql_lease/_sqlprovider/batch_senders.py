@@ -14,17 +14,17 @@ from operator import itemgetter
 from time import monotonic
 from typing import Any, Final, Literal
 
-from ._coalesce import Coalescer, Lane, Send, Waiter
-from ._deadlines import server_millis
-from ._execute import Fetch, StatementRunner
-from .catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Row
-from .errors import (
+from .._core.deadlines import server_millis
+from ..catalogue import WRITE_COLUMNS, WRITE_KINDS, Batches, Catalogue, Row, Transaction
+from ..errors import (
     LeaseDatabaseError,
     LeaseError,
     LeaseTimeoutError,
     LeaseTypeError,
     LeaseValueError,
 )
+from .coalescer import Coalescer, Lane, Send, Waiter
+from .execute import Fetch, StatementRunner
 
 __all__ = ["COALESCE_MODES", "Coalesce", "CoalescedCalls", "check_coalesce"]
 
@@ -76,7 +76,9 @@ class CoalescedCalls(StatementRunner):
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:
-            send = self._transaction_sender(True, tuple(s.sql for s in writes), WRITE_OPERATIONS)
+            send = self._transaction_sender(
+                _transaction(sql), True, tuple(s.sql for s in writes), WRITE_OPERATIONS
+            )
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
         write_limit = limit if mode is False else WRITES_IN_FLIGHT
@@ -95,7 +97,9 @@ class CoalescedCalls(StatementRunner):
         # batch's (after the key), so one statement over the keys answers all three kinds.
         reads = (sql.get_owner, sql.get_lease, sql.holder)
         if batches is None:
-            send = self._transaction_sender(False, tuple(r.sql for r in reads), READ_OPERATIONS)
+            send = self._transaction_sender(
+                _transaction(sql), False, tuple(r.sql for r in reads), READ_OPERATIONS
+            )
         else:
             send = self._reads_sender(batches.read.sql, tuple(len(r.columns) for r in reads))
         coalescer = Coalescer(send, limit=limit, single=single, shared_keys=True, kinds=len(reads))
@@ -253,12 +257,17 @@ class CoalescedCalls(StatementRunner):
         return send
 
     def _transaction_sender(
-        self, write: bool, singles: tuple[str, ...], operations: tuple[str, ...]
+        self,
+        texts: Transaction,
+        write: bool,
+        singles: tuple[str, ...],
+        operations: tuple[str, ...],
     ) -> Send:
         """Send a batch as its calls' one-row statements (``singles[kind]``, serving
         ``operations[kind]``) in one transaction on one connection (one commit for all;
-        SQLite's writers queue for the file anyway)."""
-        begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+        SQLite's writers queue for the file anyway), with the catalogue's ``texts``."""
+        begin = texts.begin_write if write else texts.begin
+        commit, rollback = texts.commit, texts.rollback
 
         async def script(fetch: Fetch, batch: list[Waiter]) -> list[list[Row]]:
             _mark_sent(batch)
@@ -266,9 +275,9 @@ class CoalescedCalls(StatementRunner):
             try:
                 out = [await fetch(singles[w.kind], *w.args) for w in batch]
             except Exception:
-                await fetch("ROLLBACK")
+                await fetch(rollback)
                 raise
-            await fetch("COMMIT")
+            await fetch(commit)
             return out
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
@@ -282,6 +291,13 @@ class CoalescedCalls(StatementRunner):
             return result
 
         return send
+
+
+def _transaction(catalogue: Catalogue) -> Transaction:
+    """The statement texts of a batch sent as one transaction (a catalogue without batches)."""
+    if catalogue.transaction is None:
+        raise ValueError(f"the {catalogue.dialect} catalogue has neither batches nor a transaction")
+    return catalogue.transaction
 
 
 def _key(waiter: Waiter) -> bytes:

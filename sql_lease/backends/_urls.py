@@ -10,11 +10,11 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._libpq import DSN_PREFIX, connect_arguments
-from .backends import BACKEND_PACKAGES, backend_for_scheme, backend_named
-from .backends.postgres.urls import SCHEMES as PG_SCHEMES
-from .backends.postgres.urls import TWO_ATS, host_port
-from .errors import LeaseValueError
+from ..errors import LeaseValueError
+from . import BACKEND_PACKAGES, backend_for_scheme, backend_named
+from .postgres.libpq import DSN_PREFIX, connect_arguments
+from .postgres.urls import SCHEMES as PG_SCHEMES
+from .postgres.urls import TWO_ATS, host_port
 
 __all__ = ["build_engine", "normalize_url", "parse_url", "redact"]
 

@@ -18,7 +18,7 @@ import os
 import weakref
 from typing import Final
 
-from .errors import LeaseClosedError, LeaseForkedError
+from ..errors import LeaseClosedError, LeaseForkedError
 
 __all__ = ["ForkAware", "closed_error"]
 

@@ -12,10 +12,10 @@ import weakref
 from collections.abc import Callable
 from typing import ClassVar, Protocol, cast, runtime_checkable
 
-from ._contract import LeaseProvider
-from ._hub import Hub
-from ._renewer import Renewer
-from .capabilities import NotificationSource
+from .._core.contract import LeaseProvider
+from ..capabilities import NotificationSource
+from .hub import Hub
+from .renewer import Renewer
 
 __all__ = ["LeaseRuntime", "RuntimeOwner", "runtime_of"]
 

@@ -37,13 +37,12 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from ._deadlines import SERVER_SHARE
-from ._provider_args import check_pooler, check_seconds
-from ._urls import build_engine, normalize_url, redact
-from .backends import backend_for, backend_for_url
-from .backends.sqlite.startup import MissingDatabaseFile
-from .errors import LeaseError, LeaseTypeError, LeaseValueError
-from .schema import migration_lock_key
+from .._core.deadlines import SERVER_SHARE
+from .._core.provider_args import check_pooler, check_seconds
+from ..backends import MissingDatabaseFile, backend_for, backend_for_url
+from ..backends._urls import build_engine, normalize_url, redact
+from ..errors import LeaseError, LeaseTypeError, LeaseValueError
+from ..schema import migration_lock_key
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",

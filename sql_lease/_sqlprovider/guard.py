@@ -17,13 +17,13 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._urls import redact
-from ._validate import check_name
-from .errors import LeaseLost, LeaseTypeError, LeaseValueError
+from .._core.validate import check_name
+from ..backends._urls import redact
+from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 
 if TYPE_CHECKING:
-    from .backends import Backend
-    from .catalogue import Catalogue
+    from ..backends import Dialect
+    from ..catalogue import Catalogue
 
 __all__ = ["guard", "guard_clause"]
 
@@ -40,7 +40,7 @@ async def _autocommit(conn: AsyncConnection) -> bool:
 
 
 async def guard(
-    catalogue: Catalogue, backend: Backend, conn: AsyncConnection, key: str, fence: int
+    catalogue: Catalogue, backend: Dialect, conn: AsyncConnection, key: str, fence: int
 ) -> None:
     """Lock ``key``'s live lease row with ``fence`` in ``conn``'s transaction, or raise.
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any, Final
 
-from .catalogue import WRITE_KINDS, Catalogue, Statement
-from .errors import LeaseSchemaError
+from ..catalogue import WRITE_KINDS, Catalogue, Statement
+from ..errors import LeaseSchemaError
 
 __all__ = ["home_of", "renames"]
 

@@ -1,4 +1,4 @@
-"""The waiters of one provider, by key, and what wakes them (see `sql_lease._wait`).
+"""The waiters of one provider, by key, and what wakes them (see `sql_lease._holding.wait`).
 
 A `Hub` is the `WakeupSink` of its provider's notification channel (``listener``, a
 `WakeupSource`, when the provider is a `NotificationSource` that has one), and of the
@@ -11,8 +11,8 @@ import asyncio
 import math
 from datetime import UTC, datetime, timedelta
 
-from ._contract import LeaseProvider
-from .capabilities import DatabaseClock, WakeupSource
+from .._core.contract import LeaseProvider
+from ..capabilities import DatabaseClock, WakeupSource
 
 __all__ = ["Hub", "Waiter"]
 

@@ -10,15 +10,15 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ._connections import Connections
-from ._dberrors import CONNECTION, DROP, Failure
-from ._deadlines import Deadlines
-from ._forks import ForkAware
-from ._schema_home import home_of, renames
-from .backends import Backend, Fetch
-from .catalogue import Catalogue
-from .errors import LeaseDatabaseError, LeaseError
-from .observer import LeaseObserver, timed_statement
+from .._core.deadlines import Deadlines
+from .._core.failures import CONNECTION, DROP, Failure
+from ..backends import Backend, Fetch
+from ..catalogue import Catalogue
+from ..errors import LeaseDatabaseError, LeaseError
+from ..observer import LeaseObserver, timed_statement
+from .connections import Connections
+from .forks import ForkAware
+from .schema_home import home_of, renames
 
 __all__ = ["CANCEL_GRACE", "Fetch", "StatementRunner", "Via"]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import cast
 
-from ._contract import AcquireResult, LeaseProvider
-from ._forks import closed_error
-from ._held import HeldLease, LeaseHook
-from ._runtime import RuntimeOwner
-from ._validate import Millis
-from ._wait import wait_for_lease
+from .._core.contract import AcquireResult, LeaseProvider
+from .._core.validate import Millis
+from .._sqlprovider.forks import closed_error
+from .held import HeldLease, LeaseHook
+from .runtime import RuntimeOwner
+from .wait import wait_for_lease
 
 __all__ = ["LeaseLifecycle"]
 
@@ -74,7 +74,7 @@ class LeaseLifecycle(RuntimeOwner):
         Returns the acquired result, or after the timeout the last one (naming the holder).
         On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
         the holder's expiry), so it does not poll; in memory a release wakes it at once; on
-        SQLite it re-checks every 50 ms and at the holder's expiry. See `sql_lease._wait`.
+        SQLite it re-checks every 50 ms and at the holder's expiry. See `sql_lease._holding.wait`.
         """
         provider = cast(LeaseProvider, self)
         return await wait_for_lease(provider, key, owner, ttl_ms, timeout_ms=timeout_ms)

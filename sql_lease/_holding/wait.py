@@ -22,13 +22,13 @@ import asyncio
 import math
 import random
 
-from ._contract import AcquireResult, LeaseProvider
-from ._hub import Hub, Waiter
-from ._runtime import runtime_of
-from ._validate import Millis, check_millis, check_name, check_ttl
-from .capabilities import WantMarking
-from .errors import LeaseClosedError
-from .observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
+from .._core.contract import AcquireResult, LeaseProvider
+from .._core.validate import Millis, check_millis, check_name, check_ttl
+from ..capabilities import WantMarking
+from ..errors import LeaseClosedError
+from ..observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
+from .hub import Hub, Waiter
+from .runtime import runtime_of
 
 __all__ = ["POLL_S", "hub_for", "wait_for", "wait_for_lease"]
 

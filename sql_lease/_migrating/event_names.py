@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ._validate import check_identifier
+from .._core.validate import check_identifier
 
 __all__ = ["EventNames", "event_names"]
 

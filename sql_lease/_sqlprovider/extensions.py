@@ -8,10 +8,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from ._coalesced import CoalescedCalls
-from ._contract import Lease
-from ._guard import guard
-from ._validate import (
+from .._core.contract import Lease
+from .._core.validate import (
     Millis,
     check_items,
     check_limit,
@@ -20,8 +18,10 @@ from ._validate import (
     check_prefix,
     check_ttl,
 )
-from .capabilities import Holder, Released, Renewal
-from .catalogue import decode_row
+from ..capabilities import Holder, Released, Renewal
+from ..catalogue import decode_row
+from .batch_senders import CoalescedCalls
+from .guard import guard
 
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
 
@@ -147,14 +147,14 @@ class SqlExtensions(CoalescedCalls):
         rows = await self._run("want", True, statement.sql, (k, wait))
         return decode_row(statement, rows[0], k) if rows else None
 
-    # -- fencing inside the caller's transaction (sql_lease._guard) ----------------------
+    # -- fencing inside the caller's transaction (sql_lease._sqlprovider.guard) ------------------
 
     async def guard(self, conn: Any, key: str, fence: int) -> None:
         """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
 
         ``conn`` is the caller's SQLAlchemy `AsyncConnection` (PostgreSQL). The row is read
         ``FOR SHARE``, so the fence stays live until that transaction ends; raises `LeaseLost`
-        when ``fence`` is not the live fence. See `sql_lease._guard`.
+        when ``fence`` is not the live fence. See `sql_lease._sqlprovider.guard`.
         """
         if self._closed:
             raise self._closed_error("guard")

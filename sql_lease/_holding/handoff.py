@@ -4,9 +4,9 @@ outcome was unknown settled by reading the owner (the async and sync holds share
 
 from __future__ import annotations
 
-from ._contract import AcquireResult, LeaseProvider
-from ._validate import Millis, check_name, check_ttl
-from .errors import LeaseDatabaseError, LeaseTypeError, LeaseValueError
+from .._core.contract import AcquireResult, LeaseProvider
+from .._core.validate import Millis, check_name, check_ttl
+from ..errors import LeaseDatabaseError, LeaseTypeError, LeaseValueError
 
 __all__ = ["check_adoptable", "check_transfer", "transfer_settled"]
 

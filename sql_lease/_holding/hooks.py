@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from .errors import LeaseTypeError
+from ..errors import LeaseTypeError
 
 __all__ = ["HOOK_NAMES", "Hooks", "in_background"]
 

@@ -12,29 +12,29 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from ._coalesced import Coalesce, check_coalesce
-from ._connections import Connections
-from ._contention import ContentionHints
-from ._contract import AcquireResult, Lease
-from ._deadlines import Deadlines
-from ._execute import CANCEL_GRACE
-from ._extensions import SqlExtensions, key_owner, transfer_args
-from ._lifecycle import LeaseLifecycle
-from ._provider_args import check_pooler, check_seconds
-from ._urls import build_engine, normalize_url, redact
-from ._validate import (
+from .._core.contention import ContentionHints
+from .._core.contract import AcquireResult, Lease
+from .._core.deadlines import Deadlines
+from .._core.provider_args import check_pooler, check_seconds
+from .._core.validate import (
     Millis,
     check_identifier,
     check_name,
     check_ttl,
 )
-from ._wait import POLL_S
-from .backends import backend_for, backend_for_url
-from .capabilities import WakeupSink, WakeupSource
-from .catalogue import decode_row, name_of
-from .errors import LeaseTypeError, LeaseValueError
-from .observer import LeaseObserver, check_observer
-from .schema import DEFAULT_TABLE
+from .._holding.lifecycle import LeaseLifecycle
+from .._holding.wait import POLL_S
+from ..backends import Plan, PlanOptions, backend_for, backend_for_url
+from ..backends._urls import build_engine, normalize_url, redact
+from ..capabilities import WakeupSink, WakeupSource
+from ..catalogue import decode_row, name_of
+from ..errors import LeaseTypeError, LeaseValueError
+from ..observer import LeaseObserver, check_observer
+from ..schema import DEFAULT_TABLE
+from .batch_senders import Coalesce, check_coalesce
+from .connections import Connections
+from .execute import CANCEL_GRACE
+from .extensions import SqlExtensions, key_owner, transfer_args
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 
@@ -70,18 +70,34 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         check_identifier("table_name", table_name)
         if schema is not None:
             check_identifier("schema", schema)
-        self._timeout = check_seconds("timeout", timeout)
-        self._observer = check_observer(observer)
+        checked = (check_seconds("timeout", timeout), check_observer(observer))
         mode = check_coalesce(coalesce)
         if not isinstance(engine, AsyncEngine):
             raise LeaseTypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
+        self._construct(engine, table_name, schema, (*checked, mode), None, None)
+
+    def _construct(
+        self,
+        engine: AsyncEngine,
+        table_name: str,
+        schema: str | None,
+        checked: tuple[float, LeaseObserver | None, Coalesce],
+        plan: Plan | None,
+        listen_engine: AsyncEngine | None,
+    ) -> None:
+        """The one construction path, on a caller's engine (``plan`` None) or on the engine
+        ``from_url`` built as its backend's ``plan`` says (then the provider owns it);
+        ``checked``: the timeout, observer and coalescing mode, already checked."""
+        self._timeout, self._observer, mode = checked
         self._backend = backend = backend_for(engine)
         if schema is not None and not backend.has_schemas:
             raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")
         self._engine = engine
-        self._owns_engine = False
-        self._pooler: str | None = None
-        self._listen_engine: AsyncEngine | None = None
+        # Nobody else uses an engine from_url built: keep idle connections too (`connections`).
+        self._owns_engine = plan is not None
+        self._pooler = None if plan is None else plan.pooler
+        self._listens = True if plan is None else plan.listens
+        self._listen_engine = listen_engine
         self._table_name = table_name
         self._schema = schema
         self._sql = backend.catalogue(table_name, schema)
@@ -90,7 +106,9 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         self._init_coalescing(mode)
         self._where = redact(engine.url)
         self._connections = Connections(
-            engine.sync_engine.pool, shared=True, adapt=backend.adaptor(self._timeout, True)
+            engine.sync_engine.pool,
+            shared=plan is None,
+            adapt=backend.adaptor(self._timeout, True) if plan is None else plan.adaptor,
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -157,53 +175,35 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         if schema is not None:
             check_identifier("schema", schema)
         given_args = dict(engine_kwargs.pop("connect_args", {}))
-        connect_args = dict(given_args)
         backend = backend_for_url(parsed)
         if listen_parsed is not None and backend_for_url(listen_parsed) is not backend:
             raise LeaseValueError("listen_url must be a URL of the same database kind as url")
-        backend.engine_arguments(
-            connect_args,
-            engine_kwargs,
+        options = PlanOptions(
             timeout=seconds,
             connect_timeout=connect_seconds,
             synchronous_commit=synchronous_commit,
             pooler=pooler,
+            connect_args=given_args,
+            engine_kwargs=engine_kwargs,
+            listen_url=listen_parsed,
         )
+        plan = backend.plan(parsed, options)
         listen_engine = None
-        if listen_parsed is not None:
-            listen_args = dict(given_args)
-            backend.engine_arguments(
-                listen_args,
-                {},
-                timeout=seconds,
-                connect_timeout=connect_seconds,
-                synchronous_commit=True,
-                pooler=pooler,
-            )
+        if plan.listen_url is not None:
             # The listener detaches its one connection from the pool: no pool to keep.
             listen_engine = build_engine(
-                listen_parsed, connect_args=listen_args, poolclass=NullPool
+                plan.listen_url, connect_args=plan.listen_connect_args, poolclass=NullPool
             )
-        engine = build_engine(
-            backend.engine_url(parsed, pooler), connect_args=connect_args, **engine_kwargs
-        )
-        backend.watch_engine(engine, timeout=seconds, pooler=pooler)
-        provider = cls(
+        engine = build_engine(plan.engine_url, connect_args=plan.connect_args, **plan.engine_kwargs)
+        plan.watch(engine)
+        provider = cls.__new__(cls)
+        provider._construct(
             engine,
-            table_name=table_name,
-            schema=schema,
-            timeout=seconds,
-            observer=observer,
-            coalesce=coalesce,
-        )
-        # Nobody else uses this engine: keep idle connections too (see `_connections`).
-        provider._owns_engine = True
-        provider._pooler = pooler
-        provider._listen_engine = listen_engine
-        provider._connections = Connections(
-            engine.sync_engine.pool,
-            shared=False,
-            adapt=provider._backend.adaptor(seconds, synchronous_commit),
+            table_name,
+            schema,
+            (seconds, check_observer(observer), check_coalesce(coalesce)),
+            plan,
+            listen_engine,
         )
         return provider
 
@@ -402,7 +402,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                 "waiters listen for notifications on %s", redact(self._listen_engine.url)
             )
             pool = self._listen_engine.sync_engine.pool
-        elif self._pooler == "transaction":
+        elif not self._listens:
             _wait_logger.info(
                 "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
             )

@@ -20,14 +20,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
-from ._contract import AcquireResult, LeaseProvider
-from ._handoff import check_adoptable, check_transfer, transfer_settled
-from ._hooks import Hooks, in_background
-from ._keeper import Keeper, check_hold
-from ._runtime import runtime_of
-from ._validate import Millis
-from ._wait import wait_for
-from .errors import (
+from .._core.contract import AcquireResult, LeaseProvider
+from .._core.validate import Millis
+from ..errors import (
     LeaseAlreadyHeld,
     LeaseClosedError,
     LeaseDatabaseError,
@@ -35,7 +30,12 @@ from .errors import (
     LeaseNotAcquired,
     LeaseTypeError,
 )
-from .observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
+from ..observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
+from .handoff import check_adoptable, check_transfer, transfer_settled
+from .hooks import Hooks, in_background
+from .keeper import Keeper, check_hold
+from .runtime import runtime_of
+from .wait import wait_for
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
 
