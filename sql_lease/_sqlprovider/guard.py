@@ -25,13 +25,31 @@ if TYPE_CHECKING:
     from ..backends import Dialect
     from ..catalogue import Catalogue
 
-__all__ = ["guard", "guard_clause"]
+__all__ = ["guard", "guard_arguments", "guard_clause", "guard_statement"]
 
 
 @lru_cache(maxsize=64)
 def guard_clause(sql: str) -> TextClause:
     """The catalogue's guard statement as a SQLAlchemy clause: (:key, :fence) -> a row."""
     return text(sql)
+
+
+def guard_arguments(key: str, fence: object) -> bytes:
+    """A guard's argument checks (async and sync), before any I/O: ``key``'s stored bytes."""
+    k = check_name("key", key)
+    if not isinstance(fence, int) or isinstance(fence, bool):
+        raise LeaseTypeError(f"fence must be an int, not {type(fence).__name__}")
+    return k
+
+
+def guard_statement(catalogue: Catalogue, dialect: str) -> str:
+    """The catalogue's guard statement for a connection of ``dialect`` (PostgreSQL only)."""
+    statement = catalogue.guard
+    if statement is None or dialect != catalogue.dialect:
+        # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
+        given = dialect if statement is not None else catalogue.dialect
+        raise LeaseValueError(f"guard needs PostgreSQL, not {given}")
+    return statement.sql
 
 
 async def _autocommit(conn: AsyncConnection) -> bool:
@@ -49,21 +67,15 @@ async def guard(
     SERIALIZABLE a row changed since the snapshot is a serialization failure: retry the
     transaction. Needs PostgreSQL and a connection in a transaction (not AUTOCOMMIT).
     """
-    k = check_name("key", key)
-    if not isinstance(fence, int) or isinstance(fence, bool):
-        raise LeaseTypeError(f"fence must be an int, not {type(fence).__name__}")
+    k = guard_arguments(key, fence)
     if not isinstance(conn, AsyncConnection):
         raise LeaseTypeError(f"conn must be an AsyncConnection, not {type(conn).__name__}")
-    statement = catalogue.guard
-    if statement is None or conn.dialect.name != catalogue.dialect:
-        # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
-        given = conn.dialect.name if statement is not None else catalogue.dialect
-        raise LeaseValueError(f"guard needs PostgreSQL, not {given}")
+    sql = guard_statement(catalogue, conn.dialect.name)
     table = catalogue.table
     try:
         if await _autocommit(conn):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        result = await conn.execute(guard_clause(statement.sql), {"key": k, "fence": fence})
+        result = await conn.execute(guard_clause(sql), {"key": k, "fence": fence})
         row = result.first()
     except DBAPIError as exc:
         where = redact(conn.engine.url)

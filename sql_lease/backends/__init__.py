@@ -49,6 +49,7 @@ __all__ = [
     "backend_for_sync_engine",
     "backend_for_url",
     "backend_named",
+    "planned_arguments",
     "quote_ident",
 ]
 
@@ -113,6 +114,35 @@ class Plan:
     listens: bool
     listen_url: URL | None = None
     listen_connect_args: dict[str, Any] | None = None
+
+
+def planned_arguments(
+    options: PlanOptions, fill: Callable[..., None]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """A `Plan`'s connect arguments and engine options, and the LISTEN engine's connect
+    arguments (with ``listen_url``, always with durable commits): copies of the caller's, filled
+    by the backend's ``fill(connect_args, engine_kwargs, *, timeout, connect_timeout,
+    synchronous_commit)``."""
+    o = options
+    connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
+    fill(
+        connect_args,
+        engine_kwargs,
+        timeout=o.timeout,
+        connect_timeout=o.connect_timeout,
+        synchronous_commit=o.synchronous_commit,
+    )
+    listen_args = None
+    if o.listen_url is not None:
+        listen_args = dict(o.connect_args)
+        fill(
+            listen_args,
+            {},
+            timeout=o.timeout,
+            connect_timeout=o.connect_timeout,
+            synchronous_commit=True,
+        )
+    return connect_args, engine_kwargs, listen_args
 
 
 class SyncExecutor(Protocol):

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._core.validate import check_name
-from .._sqlprovider.guard import guard_clause
+from .._sqlprovider.guard import guard_arguments, guard_clause, guard_statement
 from ..backends._urls import redact
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 
@@ -31,22 +30,16 @@ def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fe
     catalogue with a guard, and ``conn`` on its dialect) and a connection in a transaction (not
     AUTOCOMMIT); database failures are `LeaseDatabaseError`s, translated by ``backend``.
     """
-    k = check_name("key", key)
-    if not isinstance(fence, int) or isinstance(fence, bool):
-        raise LeaseTypeError(f"fence must be an int, not {type(fence).__name__}")
+    k = guard_arguments(key, fence)
     if not isinstance(conn, Connection):
         raise LeaseTypeError(f"conn must be a sync Connection, not {type(conn).__name__}")
-    statement = catalogue.guard
-    if statement is None or conn.dialect.name != catalogue.dialect:
-        # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
-        given = conn.dialect.name if statement is not None else catalogue.dialect
-        raise LeaseValueError(f"guard needs PostgreSQL, not {given}")
+    sql = guard_statement(catalogue, conn.dialect.name)
     table = catalogue.table
     try:
         driver = conn.connection.dbapi_connection
         if bool(getattr(driver, "autocommit", False)):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        row = conn.execute(guard_clause(statement.sql), {"key": k, "fence": fence}).first()
+        row = conn.execute(guard_clause(sql), {"key": k, "fence": fence}).first()
     except DBAPIError as exc:
         cause = exc.orig if exc.orig is not None else exc
         raise backend.translate(

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 import asyncpg
@@ -30,7 +31,7 @@ from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue, ServerCall
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Fetch, Plan, PlanOptions, SyncExecutor, SyncListener
+from .. import Adaptor, Fetch, Plan, PlanOptions, SyncExecutor, SyncListener, planned_arguments
 from . import driver, errors, functions, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
@@ -118,26 +119,9 @@ class PostgresBackend:
 
     def plan(self, url: URL, options: PlanOptions) -> Plan:
         o = options
-        connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
-        driver.engine_arguments(
-            connect_args,
-            engine_kwargs,
-            timeout=o.timeout,
-            connect_timeout=o.connect_timeout,
-            synchronous_commit=o.synchronous_commit,
-            pooler=o.pooler,
+        connect_args, engine_kwargs, listen_args = planned_arguments(
+            o, functools.partial(driver.engine_arguments, pooler=o.pooler)
         )
-        listen_args = None
-        if o.listen_url is not None:
-            listen_args = dict(o.connect_args)
-            driver.engine_arguments(
-                listen_args,
-                {},
-                timeout=o.timeout,
-                connect_timeout=o.connect_timeout,
-                synchronous_commit=True,
-                pooler=o.pooler,
-            )
         return Plan(
             engine_url=self._engine_url(url, o.pooler),
             connect_args=connect_args,

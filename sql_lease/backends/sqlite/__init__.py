@@ -23,7 +23,7 @@ from ..._core.failures import Failure
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue, ServerCall
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Plan, PlanOptions, SyncExecutor, SyncListener
+from .. import Adaptor, Plan, PlanOptions, SyncExecutor, SyncListener, planned_arguments
 from . import driver, errors, startup
 from .catalogue import build_catalogue, counter_table_name
 
@@ -88,24 +88,7 @@ class SqliteBackend:
         o = options
         if o.pooler is not None:
             raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")
-        connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
-        driver.engine_arguments(
-            connect_args,
-            engine_kwargs,
-            timeout=o.timeout,
-            connect_timeout=o.connect_timeout,
-            synchronous_commit=o.synchronous_commit,
-        )
-        listen_args = None
-        if o.listen_url is not None:
-            listen_args = dict(o.connect_args)
-            driver.engine_arguments(
-                listen_args,
-                {},
-                timeout=o.timeout,
-                connect_timeout=o.connect_timeout,
-                synchronous_commit=True,
-            )
+        connect_args, engine_kwargs, listen_args = planned_arguments(o, driver.engine_arguments)
         return Plan(
             engine_url=url,
             connect_args=connect_args,
