@@ -8,7 +8,9 @@ Behind a transaction pooler each call is one simple-protocol query::
 (one implicit transaction: the settings are in force for the statement and end with it;
 ``DateStyle`` makes the text timestamps of its rows ISO whatever the session's is), the
 statement being the call of its plpgsql function (migration 0005, `functions`) while the
-database has them, else the catalogue's plain text. `PoolerStatements` keeps, per client
+database has them, else the catalogue's plain text. The calls are data of the provider's own
+catalogue (`Catalogue.server_calls`), read through the getter it hands over (its catalogue
+changes once, when the table's schema is found). `PoolerStatements` keeps, per client
 encoding, each statement as a `psycopg_wire.Template`; a call of a missing function is answered
 with ``undefined_function`` before anything runs, and `PoolerStatements.fall_back` then switches
 every connection of the provider to the plain statements (logged once).
@@ -17,12 +19,13 @@ every connection of the provider to the plain statements (logged once).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Final
 
 import psycopg
 
 from ..._core.deadlines import server_millis
-from . import functions
+from ...catalogue import Catalogue
 from .psycopg_values import PIN_OUTPUT
 from .psycopg_wire import Template, template
 
@@ -35,9 +38,9 @@ _CACHED: Final = 256  # statement texts converted and kept (the catalogue has a 
 class PoolerStatements:
     """One provider's pooler-mode statement texts, shared by its connections."""
 
-    __slots__ = ("_caches", "functions", "prefix")
+    __slots__ = ("_caches", "_catalogue", "functions", "prefix")
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, catalogue: Callable[[], Catalogue] | None) -> None:
         millis = server_millis(timeout)
         #: The server-side timeouts at `SERVER_SHARE` of ``timeout``, and the output settings our
         #: rows depend on (`psycopg_values.PIN_OUTPUT`), for this statement only.
@@ -48,6 +51,15 @@ class PoolerStatements:
         #: True until a call finds the server functions missing.
         self.functions = True
         self._caches: dict[str, dict[str, Template]] = {}
+        #: The provider's catalogue as it is now: its `Catalogue.server_calls` (None: no calls).
+        self._catalogue = catalogue
+
+    def call_for(self, sql: str) -> str | None:
+        """The call of server functions that replaces statement ``sql``, or None."""
+        if self._catalogue is None:
+            return None
+        found = self._catalogue().server_calls.get(sql)
+        return None if found is None else found.call
 
     def cache(self, encoding: str) -> dict[str, Template]:
         """The templates for client ``encoding`` (a connection binds it once, and looks a
@@ -58,7 +70,7 @@ class PoolerStatements:
         """``sql``'s template, made and kept in ``cache``."""
         if len(cache) >= _CACHED:
             cache.clear()
-        call = functions.call_for(sql) if self.functions else None
+        call = self.call_for(sql) if self.functions else None
         found = cache[sql] = template(call or sql, self.prefix, encoding)
         return found
 
@@ -66,7 +78,7 @@ class PoolerStatements:
         """After ``undefined_function`` for ``sql``: True when ``sql`` went as a function call
         (nothing ran: send its plain text, which `template` now gives); from now on every
         statement goes plain."""
-        if functions.call_for(sql) is None:
+        if self.call_for(sql) is None:
             return False
         if self.functions:
             self.functions = False
