@@ -12,7 +12,7 @@ its result columns. A client renders a statement by replacing the placeholders:
 - ``{channel}``: the LISTEN/NOTIFY channel of ``naming`` (it appears inside a string literal).
 
 ``functions`` gives, for the statements pooler mode sends as calls of the table's plpgsql
-functions (the backend's ``server_calls``), the function's name (``{table_name}``: the table's
+functions (the catalogue's ``server_calls``), the function's name (``{table_name}``: the table's
 unquoted name) and its call, ``{function}`` standing for the quoted function name qualified by
 the table's schema. The call is the very text pooler mode sends, so the two languages cannot
 drift.
@@ -143,19 +143,22 @@ def _template(sql: str, table: str, sequence: str, channel: str) -> str:
 
 def _functions(statements: dict[str, Statement[Any]]) -> dict[str, object]:
     """The pooler-mode call of each statement that has a server function (see the module)."""
-    calls = _POSTGRES.server_calls(_TABLE, _SCHEMA)
+    calls = _POSTGRES.catalogue(_TABLE, _SCHEMA).server_calls
     out: dict[str, object] = {}
     for name, statement in statements.items():
         found = calls.get(statement.sql)
         if found is None:
             continue
-        qualified = f'"{_SCHEMA}"."{found.function}"'
-        if qualified not in found.call or not found.function.startswith(_TABLE):
+        if len(found.functions) != 1:
+            raise ValueError(f"the {name} statement is not one function's call")
+        function = found.functions[0]
+        qualified = f'"{_SCHEMA}"."{function}"'
+        if qualified not in found.call or not function.startswith(_TABLE):
             raise ValueError(
                 f"the {name} call names its function in a form the export cannot template"
             )
         out[name] = {
-            "name": "{table_name}" + found.function.removeprefix(_TABLE),
+            "name": "{table_name}" + function.removeprefix(_TABLE),
             "arguments": list(found.arguments),
             "call": found.call.replace(qualified, "{function}"),
         }

@@ -14,8 +14,8 @@ on reads (`name_of`), and `decode_list_live` shows such a row as a `ForeignLease
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
@@ -67,10 +67,12 @@ class Statement(Generic[T]):
 
 
 class ServerCall(NamedTuple):
-    """A statement sent as a call of a server-side function (pooler mode): the function's
-    unqualified name, its argument types, and the call's SQL text (``$n`` its arguments)."""
+    """A statement sent as a call of server-side functions instead (PostgreSQL's pooler mode):
+    the functions' unqualified names (one, but for a write batch of several kinds: the
+    ``UNION ALL`` of theirs), the call's argument types, and its SQL text (``$n`` its
+    arguments, in the statement's order)."""
 
-    function: str
+    functions: tuple[str, ...]
     arguments: tuple[str, ...]
     call: str
 
@@ -244,6 +246,9 @@ class Catalogue:
     parameters (``:key``, ``:fence``); every other statement takes positional ones.
     ``batches``: the multi-row statements for coalesced calls, or None (SQLite: coalesced calls
     run their one-row statements in one ``transaction`` instead, its statement texts).
+    ``server_calls``: by statement text, the call of server-side functions a pooler mode sends
+    instead (PostgreSQL's, once the table's schema is known; empty elsewhere): data of the
+    catalogue, so each provider reads its own table's.
     """
 
     dialect: str
@@ -267,3 +272,4 @@ class Catalogue:
     max_batch: int
     batches: Batches | None = None
     transaction: Transaction | None = None
+    server_calls: Mapping[str, ServerCall] = field(default_factory=dict)

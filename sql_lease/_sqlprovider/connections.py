@@ -25,7 +25,7 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
-    from ..backends import Adaptor, Fetch
+    from ..backends import Adaptor, CatalogueNow, Fetch
 
 __all__ = ["Connections"]
 
@@ -39,12 +39,14 @@ class Connections:
     """Hands out (pool connection, its bound fetch, since) triples; see the module docstring.
 
     ``adapt`` (the backend's adaptor) turns each connection checked out of the pool into the
-    fetch callable that statements are awaited on; this module knows no driver.
+    fetch callable that statements are awaited on, for the statements of ``catalogue`` (the
+    provider's as it is now); this module knows no driver.
     """
 
     __slots__ = (
         "_adapt",
         "_busy",
+        "_catalogue",
         "_idle",
         "_limit",
         "_out",
@@ -53,10 +55,13 @@ class Connections:
         "_waiters",
     )
 
-    def __init__(self, pool: Pool, *, shared: bool, adapt: Adaptor) -> None:
+    def __init__(
+        self, pool: Pool, *, shared: bool, adapt: Adaptor, catalogue: CatalogueNow
+    ) -> None:
         """``shared``: the pool is the caller's; keep connections only while calls overlap."""
         self._pool = pool
         self._adapt = adapt
+        self._catalogue = catalogue
         self._shared = shared
         # Holding needs a known bound on the pool: a QueuePool's size plus overflow.
         self._limit: int | None = None
@@ -94,7 +99,7 @@ class Connections:
             self._busy -= 1
             self._wake()
             raise
-        return fairy, self._adapt(fairy), monotonic()
+        return fairy, self._adapt(fairy, self._catalogue), monotonic()
 
     async def _wait(self) -> None:
         waiter = asyncio.get_running_loop().create_future()

@@ -64,8 +64,12 @@ class StatementRunner(ForkAware):
             rows = await self._run(operation, False, home_sql, (self._table_name,), None, True)
             home = home_of(rows, self._table_name, operation)
             new = self._backend.catalogue(self._table_name, None, home)
-            renamed.update(renames(self._sql, new))
-            self._sql = new
+            old, self._sql = self._sql, new  # first: a renamed text finds its catalogue's data
+            renamed.update(renames(old, new))
+
+    def _catalogue_now(self) -> Catalogue:
+        """The catalogue as it is now (`Connections`' fetches may read its data)."""
+        return self._sql
 
     _loops_seen: int = 1
 

@@ -109,6 +109,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             engine.sync_engine.pool,
             shared=plan is None,
             adapt=backend.adaptor(self._timeout, True) if plan is None else plan.adaptor,
+            catalogue=self._catalogue_now,
         )
         self._cleanup_tasks: set[asyncio.Task[None]] = set()
         self._closed = False

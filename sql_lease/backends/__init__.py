@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from sqlalchemy.engine import URL, Engine
@@ -25,8 +23,9 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from .._core.failures import Failure
 from ..capabilities import WakeupSink, WakeupSource
-from ..catalogue import Catalogue, ServerCall
+from ..catalogue import Catalogue
 from ..errors import LeaseDatabaseError, LeaseSchemaError, LeaseValueError
+from ._plan import Adaptor, CatalogueNow, Fetch, Plan, PlanOptions, planned_arguments
 
 __all__ = [
     "BACKEND_PACKAGES",
@@ -34,6 +33,7 @@ __all__ = [
     "Adaptor",
     "AsyncExecution",
     "Backend",
+    "CatalogueNow",
     "Dialect",
     "Fetch",
     "Migrations",
@@ -76,73 +76,6 @@ class MissingDatabaseFile(LeaseSchemaError):
             "`sql_lease.migrate.upgrade(url)`)"
         )
         self.path = path
-
-
-#: ``await fetch(sql, *args)`` -> the rows: the driver's own call, bound to one connection.
-Fetch = Callable[..., Awaitable[list[Any]]]
-#: Turns a pooled connection into its `Fetch` (once, when the connection is checked out).
-Adaptor = Callable[[PoolProxiedConnection], Fetch]
-
-
-@dataclass(frozen=True, slots=True)
-class PlanOptions:
-    """What ``from_url`` was asked for, already checked: what a backend plans an engine from.
-    The caller's ``connect_args`` and ``engine_kwargs`` win over the backend's defaults."""
-
-    timeout: float
-    connect_timeout: float
-    synchronous_commit: bool
-    pooler: str | None
-    connect_args: Mapping[str, Any]
-    engine_kwargs: Mapping[str, Any]
-    listen_url: URL | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """How ``from_url`` builds and runs a provider on one URL, decided by one call of
-    `AsyncExecution.plan`: the engine (URL, connect arguments, options), the adaptor of its
-    connections, the one-off checks on it (``watch``), the LISTEN engine's arguments (with
-    ``listen_url``) and the wake-up policy (``listens``: False, waiters poll)."""
-
-    engine_url: URL
-    connect_args: dict[str, Any]
-    engine_kwargs: dict[str, Any]
-    adaptor: Adaptor
-    watch: Callable[[AsyncEngine], None]
-    pooler: str | None
-    listens: bool
-    listen_url: URL | None = None
-    listen_connect_args: dict[str, Any] | None = None
-
-
-def planned_arguments(
-    options: PlanOptions, fill: Callable[..., None]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
-    """A `Plan`'s connect arguments and engine options, and the LISTEN engine's connect
-    arguments (with ``listen_url``, always with durable commits): copies of the caller's, filled
-    by the backend's ``fill(connect_args, engine_kwargs, *, timeout, connect_timeout,
-    synchronous_commit)``."""
-    o = options
-    connect_args, engine_kwargs = dict(o.connect_args), dict(o.engine_kwargs)
-    fill(
-        connect_args,
-        engine_kwargs,
-        timeout=o.timeout,
-        connect_timeout=o.connect_timeout,
-        synchronous_commit=o.synchronous_commit,
-    )
-    listen_args = None
-    if o.listen_url is not None:
-        listen_args = dict(o.connect_args)
-        fill(
-            listen_args,
-            {},
-            timeout=o.timeout,
-            connect_timeout=o.connect_timeout,
-            synchronous_commit=True,
-        )
-    return connect_args, engine_kwargs, listen_args
 
 
 class SyncExecutor(Protocol):
@@ -209,14 +142,20 @@ class Dialect(Protocol):
         (`LeaseValueError`, never quoting the URL)."""
         ...
 
+    def split_hosts(self, scheme: str, rest: str) -> tuple[str, dict[str, str]]:
+        """A URL ``scheme://rest`` (``scheme`` one of `url_schemes`) before it is parsed: the
+        text to parse and the query parameters to add (PostgreSQL: a libpq host list moves to
+        ``host=``/``port=``; most return ``(f"{scheme}://{rest}", {})``)."""
+        ...
+
+    def redact(self, url: URL) -> str:
+        """``url`` (of `url_schemes`, `async_driver` or `sync_driver`) as text for messages:
+        never a password (`sql_lease.backends._urls.hide_secrets`, ``hide_password=True``)."""
+        ...
+
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         """Every statement for ``table_name`` (already validated), built once; ``home`` is
         the schema found for it when ``schema`` is None (`_schema_home`)."""
-        ...
-
-    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
-        """Pooler mode's server-function call of each statement text of ``schema.table_name``
-        that has one (empty on a database without server functions)."""
         ...
 
     def classify(self, exc: BaseException) -> Failure:
@@ -243,6 +182,11 @@ class AsyncExecution(Protocol):
 
     #: The SQLAlchemy async dialect+driver the async provider runs on.
     async_driver: str
+
+    def url_connect_args(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        """An engine's URL (a `plan`'s, or a migration's) without the parameters its driver
+        cannot read from a URL, and those as connect arguments (most: ``(url, {})``)."""
+        ...
 
     def adaptor(self, timeout: float, synchronous_commit: bool) -> Adaptor:
         """The per-connection setup for statements bounded by ``timeout`` seconds."""
@@ -285,11 +229,15 @@ class SyncExecution(Protocol):
         pool_size: int,
         pooler: str | None = None,
         listen_url: URL | None = None,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         """The sync provider's executor owning up to ``pool_size`` connections to ``url`` (as
         given, checked by `normalize_url`); calls bounded by ``timeout`` seconds. ``pooler``
         and ``listen_url`` as for `plan` and the async ``from_url``
-        (`LeaseValueError`, before any I/O, when the backend has no such thing)."""
+        (`LeaseValueError`, before any I/O, when the backend has no such thing).
+        ``catalogue``: the provider's catalogue as it is now, whose data the executor may
+        read (PostgreSQL's pooler mode: `Catalogue.server_calls`; None: it sends the plain
+        statements)."""
         ...
 
     def sync_engine_executor(

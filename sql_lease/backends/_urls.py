@@ -1,10 +1,15 @@
-"""Database URLs as users keep them: normalised to the async driver, never shown with a password."""
+"""Database URLs as users keep them: normalised to the async driver, never shown with a password.
+
+The seam's URL handling, for every backend: which backend a URL is for comes from the registry
+(`backend_for_scheme`), and what only one database knows stays in its package, asked through
+its hooks (`Dialect.split_hosts`: a host list in the authority, as libpq's; `Dialect.redact`:
+how its URLs are shown; `AsyncExecution.url_connect_args`: parameters its driver cannot read
+from a URL). This module imports no backend package.
+"""
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from urllib.parse import parse_qsl
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
@@ -12,11 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..errors import LeaseValueError
 from . import BACKEND_PACKAGES, backend_for_scheme, backend_named
-from .postgres.libpq import DSN_PREFIX, connect_arguments
-from .postgres.urls import SCHEMES as PG_SCHEMES
-from .postgres.urls import TWO_ATS, host_port
 
-__all__ = ["build_engine", "normalize_url", "parse_url", "redact"]
+__all__ = ["build_engine", "hide_secrets", "normalize_url", "parse_url", "redact"]
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -44,12 +46,14 @@ def _schemes() -> str:
 
 
 def parse_url(text: str) -> URL:
-    """`make_url`, after checking a PostgreSQL URL's authority and rewriting a host list."""
+    """`make_url`, after the backend of the URL's scheme checked its authority (and moved a
+    host list to the query: `Dialect.split_hosts`)."""
     hosts: dict[str, str] = {}
     if isinstance(text, str):  # anything else is left to the parser's refusal
         scheme, sep, rest = text.partition("://")
-        if sep and scheme.lower() in PG_SCHEMES:
-            text, hosts = _split_hosts(scheme, rest)
+        backend = backend_for_scheme(scheme.lower()) if sep else None
+        if backend is not None and scheme.lower() in backend.url_schemes:
+            text, hosts = backend.split_hosts(scheme, rest)
     try:
         parsed = make_url(text)
     except (ArgumentError, ValueError, TypeError) as exc:
@@ -66,75 +70,39 @@ def parse_url(text: str) -> URL:
     return parsed
 
 
-def _split_hosts(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
-    """Check the host part of ``scheme://rest``; a libpq host list moves to the query.
-
-    Returns the URL text to parse and the ``host``/``port`` query parameters to add (none for
-    a single host). Messages never quote the URL: a misplaced piece of it may be a password.
-    """
-    if rest.count("@") > 1:
-        # Strict on purpose: wherever the parser would cut, a piece of a password with an
-        # unencoded '@' would end up shown as a host, a port, a database or a parameter.
-        raise LeaseValueError(TWO_ATS)
-    # Where SQLAlchemy's parser ends the user name and password (a password may hold '/').
-    userinfo = _USERINFO.match(rest)
-    start = userinfo.end() if userinfo else 0
-    end = _HOST_END.search(rest, start)
-    stop = end.start() if end else len(rest)
-    pairs = [host_port(token) for token in rest[start:stop].split(",")] if stop > start else []
-    if len(pairs) < 2:
-        return f"{scheme}://{rest}", {}
-    if not all(host for host, _ in pairs):
-        raise LeaseValueError("the database URL's host list has an empty host")
-    text = f"{scheme}://{rest[:start]}{rest[stop:]}"
-    return text, {
-        "host": ",".join(host for host, _ in pairs),
-        "port": ",".join(str(port or _DEFAULT_PORT) for _, port in pairs),
-    }
-
-
-_DEFAULT_PORT = 5432
-_USERINFO = re.compile(r"[^:/]*(?::[^@]*)?@")
-_HOST_END = re.compile(r"[/?]")
-
-
 _SECRET_PARAMS = frozenset({"password", "sslpassword", "passfile"})
 
 
-def redact(url: URL) -> str:
-    """The URL as text with its password masked, also when given as a query parameter.
-
-    Parameters carried in a ``dsn`` (see `normalize_url`) are shown as plain parameters again,
-    and a host list as libpq writes it (``user@h1:5432,h2:5433/db``).
-    """
-    dsn = url.query.get("dsn")
-    if isinstance(dsn, str) and dsn.startswith(DSN_PREFIX):
-        inner = dict(parse_qsl(dsn.partition("?")[2], keep_blank_values=True))
-        url = url.difference_update_query(["dsn"]).update_query_dict(inner)
+def hide_secrets(url: URL) -> URL:
+    """``url`` with every secret query parameter (a password given as one) masked; render it
+    with ``hide_password=True`` for the password of its authority."""
     secrets = [name for name in url.query if name.lower() in _SECRET_PARAMS]
     if secrets:
         url = url.update_query_dict(dict.fromkeys(secrets, "***"))
-    hosts, ports = url.query.get("host"), url.query.get("port")
-    if url.host is None and isinstance(hosts, str) and isinstance(ports, str) and "," in hosts:
-        pairs = zip(hosts.split(","), ports.split(","), strict=False)
-        listed = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in pairs)
-        text = url.difference_update_query(["host", "port"]).render_as_string(hide_password=True)
-        end = _HOST_END.search(text, text.index("://") + 3)
-        stop = end.start() if end else len(text)
-        return text[:stop] + listed + text[stop:]
-    return url.render_as_string(hide_password=True)
+    return url
+
+
+def redact(url: URL) -> str:
+    """The URL as text with its password masked, also when given as a query parameter, as
+    its backend shows it (`Dialect.redact`)."""
+    backend = backend_for_scheme(url.drivername)
+    if backend is not None:
+        return backend.redact(url)
+    return hide_secrets(url).render_as_string(hide_password=True)
 
 
 def build_engine(url: URL, **kwargs: Any) -> AsyncEngine:
     """`create_async_engine` for a `normalize_url` URL, with bad options reported as
     `LeaseValueError`.
 
-    The libpq parameters asyncpg cannot take from a URL become ``connect_args``: they win
-    over the ones given (``application_name`` and ``options`` settings over the
-    ``server_settings`` given, ``connect_timeout`` over ``timeout``).
+    The parameters its driver cannot take from a URL become ``connect_args``
+    (`AsyncExecution.url_connect_args`): they win over the ones given (on PostgreSQL,
+    ``application_name`` and ``options`` settings over the ``server_settings`` given,
+    ``connect_timeout`` over ``timeout``).
     """
-    if url.drivername == "postgresql+asyncpg":
-        url, mapped = connect_arguments(url)
+    backend = backend_for_scheme(url.drivername)
+    if backend is not None:
+        url, mapped = backend.url_connect_args(url)
         if mapped:
             given = dict(kwargs.get("connect_args") or {})
             settings = {**given.get("server_settings", {}), **mapped.pop("server_settings", {})}

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import URL, Engine
 
-from ..backends import Backend, SyncExecutor, backend_for_scheme, backend_for_sync_engine
+from ..backends import (
+    Backend,
+    CatalogueNow,
+    SyncExecutor,
+    backend_for_scheme,
+    backend_for_sync_engine,
+)
 from ..backends._urls import normalize_url, parse_url, redact
 from ..errors import LeaseTypeError, LeaseValueError
 
@@ -36,6 +42,7 @@ class Target:
         pool_size: int,
         pooler: str | None = None,
         listen: Target | None = None,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         """An executor owning its connections to this database (through ``pooler``; waiters
         listening on ``listen``'s database when given)."""
@@ -52,6 +59,7 @@ class Target:
                 pool_size=pool_size,
                 pooler=pooler,
                 listen_url=None if listen is None else listen.url,
+                catalogue=catalogue,
             )
         except ImportError as exc:  # the driver is an extra: name it
             raise ModuleNotFoundError(

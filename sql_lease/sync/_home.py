@@ -7,6 +7,7 @@ import threading
 
 from .._sqlprovider.schema_home import home_of, renames
 from ..backends import Backend, SyncExecutor
+from ..catalogue import Catalogue
 from ._catalogue import Statements, statements_of
 
 __all__ = ["SyncHome"]
@@ -29,6 +30,10 @@ class SyncHome:
         )
         self._home_lock = threading.Lock()
 
+    def _catalogue_now(self) -> Catalogue:
+        """The catalogue as it is now (the executor may read its data)."""
+        return self._sql.catalogue
+
     def _renamed(self, sql: str, operation: str) -> str:
         """``sql`` as the catalogue names it once the table's schema is known (found now if
         it is not yet, as part of ``operation``: one statement, `Backend.home_sql`)."""
@@ -47,6 +52,6 @@ class SyncHome:
                     )
                     home = home_of(rows, self._table_name, operation)
                     new = statements_of(self._backend.catalogue(self._table_name, None, home))
-                    renamed.update(renames(self._sql.catalogue, new.catalogue))
-                    self._sql = new
+                    old, self._sql = self._sql, new  # first: see `catalogue_now`
+                    renamed.update(renames(old.catalogue, new.catalogue))
         return renamed.get(sql, sql)

@@ -106,10 +106,9 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         a server crash for faster writes (see the README's "Durability").
 
         ``pooler="transaction"`` or ``"session"``: ``url`` reaches PostgreSQL through a
-        connection pooler (PgBouncer and the like). Then no startup parameter but
-        ``application_name`` is sent, and each call is one simple-protocol query that sets the
-        server-side timeouts for itself (``SET LOCAL``) and calls the table's server function
-        (migration 0005); ``synchronous_commit=False`` is refused (it is a startup parameter).
+        connection pooler (PgBouncer...): no startup parameter but ``application_name`` is sent,
+        each call is one simple query that sets the server-side timeouts for itself and calls
+        the table's server function, ``synchronous_commit=False`` is refused (startup).
         ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server
         or through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
@@ -123,6 +122,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         listen = None if listen_url is None else parse(listen_url)
         check_table(table_name, schema, target.backend)
         sql = statements_of(target.backend.catalogue(table_name, schema))
+        provider = cls.__new__(cls)
         executor = target.executor(
             sql.table,
             timeout=seconds,
@@ -131,6 +131,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
             pool_size=pool_size,
             pooler=pooler,
             listen=listen,
+            catalogue=provider._catalogue_now,
         )
         if listen is not None:
             _wait_logger.info("waiters listen for notifications on %s", listen.where)
@@ -138,7 +139,6 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
             _wait_logger.info(
                 "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
             )
-        provider = cls.__new__(cls)
         provider._setup(executor, sql, table_name, schema, seconds, None, target.backend)
         return provider
 

@@ -201,7 +201,7 @@ async def test_a_call_past_its_deadline_returns_and_the_server_cancels_it(
     adapt = backend.adaptor(10.0, True)
     async with pooled.engine.connect() as conn:
         fairy = await conn.get_raw_connection()
-        fetch = adapt(fairy)
+        fetch = adapt(fairy, lambda: backend.catalogue("leases", None, "public"))
         marker = f"sql_lease_sleep_{id(fairy)}"
         sleeping = asyncio.ensure_future(fetch(f"SELECT pg_sleep(30), '{marker}'"))
         with direct(database_url) as watcher:

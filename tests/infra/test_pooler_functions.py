@@ -69,6 +69,31 @@ async def test_the_hot_statements_are_calls_of_the_functions(
         await provider.aclose()
 
 
+async def test_the_functions_run_their_generic_plans_for_the_call_only(
+    bouncer: PgBouncer, make_database: Callable[[], str]
+) -> None:
+    """A call sets ``plan_cache_mode = force_generic_plan`` for its own transaction: the
+    plans plpgsql keeps are not planned again per call (`pooler_text`), and nothing leaks to
+    the server connection's next client."""
+    url = make_database()
+    await migrate.upgrade_async(url)
+    provider = SqlLeaseProvider.from_url(_pooled(bouncer, url), timeout=10, pooler="transaction")
+    try:
+        with psycopg.connect(_plain(url), autocommit=True) as conn:
+            conn.execute(
+                "CREATE OR REPLACE FUNCTION leases_get_owner(bytea) RETURNS TABLE(owner bytea)"
+                " LANGUAGE sql AS $$ SELECT pg_catalog.convert_to("
+                "pg_catalog.current_setting('plan_cache_mode'), 'UTF8') $$"
+            )
+        assert await provider.get_lease_owner("anyone") == "force_generic_plan"
+        dsn = bouncer.dsn(make_url(url).database or "postgres")
+        for _ in range(4):  # whichever server connection the pooler hands out
+            with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as other:
+                assert other.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+    finally:
+        await provider.aclose()
+
+
 async def test_without_the_functions_the_plain_statements_run(
     bouncer: PgBouncer, make_database: Callable[[], str], caplog: pytest.LogCaptureFixture
 ) -> None:

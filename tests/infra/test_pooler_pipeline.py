@@ -51,11 +51,12 @@ async def wire(
         conn.execute("TRUNCATE leases")
     url = one_server.url(make_url(database_url).database or "postgres")
     provider = SqlLeaseProvider.from_url(url, timeout=10, pooler="transaction")
-    adapt = backend_for(provider.engine).adaptor(10.0, True)
+    backend = backend_for(provider.engine)
+    adapt = backend.adaptor(10.0, True)
     try:
         async with provider.engine.connect() as conn:
             fairy = await conn.get_raw_connection()
-            yield adapt(fairy), fairy
+            yield adapt(fairy, lambda: backend.catalogue("leases", None, "public")), fairy
     finally:
         await provider.aclose()
 

@@ -134,7 +134,6 @@ async def test_the_provider_sends_exactly_the_exported_statements(schema_url: st
 @pytest.mark.parametrize(("table", "schema"), [n for n in NAMES if n[1] is not None])
 def test_exported_calls_are_the_calls_pooler_mode_sends(table: str, schema: str) -> None:
     built = build_catalogue(table, schema)
-    functions.register(table, schema)
     exported: dict[str, Any] = export_catalogue()["functions"]  # type: ignore[assignment]
     assert set(exported) == {
         "acquire",
@@ -145,10 +144,10 @@ def test_exported_calls_are_the_calls_pooler_mode_sends(table: str, schema: str)
         "get_lease",
         "holder",
     }
-    names = {r.name: r for r in functions.routines(table, schema)}
+    names = {r.name: r for r in functions.routines(built, table)}
     for name, f in exported.items():
         function = f["name"].replace("{table_name}", table)
         assert tuple(f["arguments"]) == names[function].arguments, name
         qualified = f"{quote_ident(schema)}.{quote_ident(function)}"
-        sent = functions.call_for(getattr(built, name).sql)
+        sent = built.server_calls[getattr(built, name).sql].call
         assert f["call"].replace("{function}", qualified) == sent, name

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from sql_lease import migrate
+from sql_lease.backends.postgres.catalogue import build_catalogue
 from sql_lease.backends.postgres.functions import routines
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,7 +57,7 @@ def test_each_function_runs_the_catalogue_statement(
     migrate.upgrade(url, table_name=table, schema=schema)
     found = _functions(url, table)
     home = schema or "public"
-    expected = routines(table, schema, None if schema else home)
+    expected = routines(build_catalogue(table, schema, None if schema else home), table)
     assert sorted(found) == sorted(r.name for r in expected)
     for routine in expected:
         body, definer, config, nsp = found[routine.name]
@@ -109,9 +110,14 @@ def test_each_function_runs_the_catalogue_statement(
 def test_the_sql_script_computes_the_schema_on_the_server() -> None:
     script = migrate.upgrade(None, sql=True)
     assert script is not None
-    assert script.count("CREATE FUNCTION %I.%I(") == len(routines("leases"))  # 0005
+    assert script.count("CREATE FUNCTION %I.%I(") == len(
+        routines(build_catalogue("leases"), "leases")
+    )  # 0005
     assert "'\"leases\"'::regclass" in script
-    assert script.count("CREATE OR REPLACE FUNCTION @home@.") == len(routines("leases")) + 1
+    assert (
+        script.count("CREATE OR REPLACE FUNCTION @home@.")
+        == len(routines(build_catalogue("leases"), "leases")) + 1
+    )
     assert "pg_catalog.current_schemas(false)" in script  # 0006 finds the home on the server
 
 

@@ -15,7 +15,6 @@ from dataclasses import fields
 
 import pytest
 
-from sql_lease.backends.postgres import functions
 from sql_lease.backends.postgres.catalogue import HOME_SQL, build_catalogue
 from sql_lease.catalogue import WRITE_KINDS, Catalogue, Statement
 
@@ -70,10 +69,22 @@ def test_the_table_and_sequence_always_carry_their_schema(name: str, sql: str) -
         assert before.endswith(('"public".', '"tenant".')), (name, before)
 
 
-def test_a_catalogue_without_its_schema_registers_no_pooler_call() -> None:
-    unresolved = build_catalogue("unhomed", None)
-    functions.register("unhomed", None)
-    assert functions.call_for(unresolved.acquire.sql) is None
-    functions.register("unhomed", None, "somewhere")
-    call = functions.call_for(build_catalogue("unhomed", None, "somewhere").acquire.sql)
-    assert call == 'SELECT * FROM "somewhere"."unhomed_acquire"($1, $2, $3)'
+def test_a_catalogue_without_its_schema_has_no_pooler_call() -> None:
+    assert build_catalogue("unhomed", None).server_calls == {}
+    found = build_catalogue("unhomed", None, "somewhere")
+    call = found.server_calls[found.acquire.sql]
+    assert call.call == 'SELECT * FROM "somewhere"."unhomed_acquire"($1, $2, $3)'
+    assert call.functions == ("unhomed_acquire",)
+    # Another table's catalogue holds its own calls, not these (no process-wide registry).
+    assert found.acquire.sql not in build_catalogue("other", None, "somewhere").server_calls
+
+
+def test_every_batch_of_a_catalogue_has_its_call() -> None:
+    found = build_catalogue("jobs", "tenant")
+    assert found.batches is not None
+    for mask in range(1, 16):
+        kinds = tuple(k for k in range(4) if mask >> k & 1)
+        call = found.server_calls[found.batches.writes(kinds).sql]
+        assert len(call.functions) == len(kinds)
+        assert call.call.count("UNION ALL") == len(kinds) - 1
+    assert found.server_calls[found.batches.read.sql].functions == ("jobs_batch_read",)

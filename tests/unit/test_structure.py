@@ -18,7 +18,13 @@ SQL_TEXT = re.compile(
     r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE|PRAGMA"
     r"|LISTEN|UNLISTEN|NOTIFY|CREATE|DROP|ALTER|SET|SHOW|VACUUM|LOCK|TRUNCATE|CALL|DO)\b"
 )
-BACKEND_PACKAGES = ("sql_lease.backends.postgres", "sql_lease.backends.sqlite")
+#: Every backend package: a folder of `sql_lease/backends/` (postgres, sqlite, and any added).
+BACKEND_PACKAGES = tuple(
+    sorted(
+        f"sql_lease.backends.{path.parent.name}"
+        for path in (PACKAGE / "backends").glob("*/__init__.py")
+    )
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -138,6 +144,22 @@ def test_only_the_backends_package_imports_a_backend_package() -> None:
         and any(
             i == b or i.startswith(b + ".") for i in _imports(name, path) for b in BACKEND_PACKAGES
         )
+    }
+    assert importers == set()
+
+
+def test_only_the_registry_imports_a_backend_package_inside_the_seam() -> None:
+    """Within `sql_lease/backends/` too: only the registry (`backends/__init__.py`) imports a
+    backend package; the seam's own modules (`_urls`, `_plan`...) ask the registry, and no
+    backend package imports another."""
+    assert {"sql_lease.backends.postgres", "sql_lease.backends.sqlite"} <= set(BACKEND_PACKAGES)
+    importers = {
+        (name, b)
+        for name, path in _modules().items()
+        if name != "sql_lease.backends"
+        for i in _imports(name, path)
+        for b in BACKEND_PACKAGES
+        if (i == b or i.startswith(b + ".")) and not (name == b or name.startswith(b + "."))
     }
     assert importers == set()
 

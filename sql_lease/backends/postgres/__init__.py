@@ -6,8 +6,9 @@
   server-side timeouts set inside it);
 - `psycopg_wire`: that fetch's one simple-protocol query on the libpq handle (no cursor, no
   task per call);
-- `functions`: the calls of the server functions (migration 0005) that fetch sends instead of
-  the hot statements;
+- `functions`: the server functions (migrations 0005/0006) and their calls, which the
+  catalogue keeps (`Catalogue.server_calls`) and pooler mode sends instead of the hot
+  statements;
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);
@@ -29,10 +30,19 @@ from ..._core.deadlines import server_millis
 from ..._core.failures import Failure
 from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
-from ...catalogue import Catalogue, ServerCall
+from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Fetch, Plan, PlanOptions, SyncExecutor, SyncListener, planned_arguments
-from . import driver, errors, functions, urls
+from .. import (
+    Adaptor,
+    CatalogueNow,
+    Fetch,
+    Plan,
+    PlanOptions,
+    SyncExecutor,
+    SyncListener,
+    planned_arguments,
+)
+from . import driver, errors, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
 
@@ -53,17 +63,22 @@ class PostgresBackend:
     def normalize_url(self, url: URL) -> URL:
         return urls.normalize_url(url)
 
+    def split_hosts(self, scheme: str, rest: str) -> tuple[str, dict[str, str]]:
+        return urls.split_hosts(scheme, rest)
+
+    def redact(self, url: URL) -> str:
+        return urls.redact(url)
+
+    def url_connect_args(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return urls.url_connect_args(url)
+
     def extra_tables(self, table_name: str) -> frozenset[str]:
         return frozenset()  # the fence is a sequence, which autogenerate does not compare
 
     home_sql: Final = HOME_SQL
 
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
-        functions.register(table_name, schema, home)  # the calls pooler mode sends instead
-        return build_catalogue(table_name, schema, home)
-
-    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
-        return functions.server_calls(table_name, schema)
+        return build_catalogue(table_name, schema, home)  # server_calls: pooler mode's calls
 
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)
@@ -87,14 +102,14 @@ class PostgresBackend:
         # (engine_arguments); psycopg (behind a transaction pooler): set per statement.
         psycopg_fetch: list[Adaptor] = []
 
-        def adapt(fairy: PoolProxiedConnection) -> Fetch:
+        def adapt(fairy: PoolProxiedConnection, catalogue: CatalogueNow) -> Fetch:
             if isinstance(fairy.driver_connection, asyncpg.Connection):
                 return driver.fetch_of(fairy)
             if not psycopg_fetch:
                 from . import psycopg_driver  # psycopg: imported only on a psycopg engine
 
-                psycopg_fetch.append(psycopg_driver.fetch_for(timeout))
-            return psycopg_fetch[0](fairy)
+                psycopg_fetch.append(psycopg_driver.fetch_for(timeout, catalogue))
+            return psycopg_fetch[0](fairy, catalogue)
 
         return adapt
 
@@ -160,6 +175,7 @@ class PostgresBackend:
         pool_size: int,
         pooler: str | None = None,
         listen_url: URL | None = None,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         from .sync_connect import url_executor  # psycopg: the `sync` extra, imported on use
 
@@ -173,6 +189,7 @@ class PostgresBackend:
             pool_size=pool_size,
             pooler=pooler,
             listen_url=listen_url,
+            catalogue=catalogue,
         )
 
     def sync_engine_executor(

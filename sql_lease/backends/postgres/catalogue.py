@@ -15,13 +15,16 @@ schema the provider resolved, `sql_lease._sqlprovider.schema_home`), functions, 
 types come from ``pg_catalog`` explicitly (``OPERATOR(pg_catalog.=)``,
 ``pg_catalog.clock_timestamp()``; a look-alike ``public."="(bytea, bytea)`` or
 ``public.nextval(text)`` earlier on the search path is never a candidate).
-`sql_lease.backends.postgres.sqlnames` holds the spellings.
+`sql_lease.backends.postgres.sqlnames` holds the spellings. The catalogue of a table whose
+schema is known also holds the calls of its server functions that pooler mode sends instead of
+the hot statements (`functions`).
 
 Plain data: no I/O, no driver.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from ...catalogue import (
@@ -42,6 +45,7 @@ from ...catalogue import (
 from ...schema import fence_sequence_name, notify_channel
 from .. import quote_ident
 from .batch import build_batches
+from .functions import server_calls
 from .sqlnames import (
     BYTEA,
     EQ,
@@ -176,7 +180,7 @@ WHERE key {EQ} $1 AND owner {EQ} $2 AND {live}"""
         decode_renewed_pair,
     )
     k, ko, kot = ("key",), ("key", "owner"), ("key", "owner", "ttl_ms")
-    return Catalogue(
+    cat = Catalogue(
         dialect="postgresql",
         table=t,
         channel=channel,
@@ -287,6 +291,9 @@ RETURNING owner, fence, expires_at
         max_batch=MAX_BATCH,
         batches=build_batches(t, next_fence, channel),
     )
+    if where is None:
+        return cat  # never sent: the provider finds the table's schema first
+    return replace(cat, server_calls=server_calls(cat, table_name, where))
 
 
 def _renew_many_args(pairs: list[tuple[bytes, bytes]], ttl: int) -> tuple[object, ...]:

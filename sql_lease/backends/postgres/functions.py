@@ -10,8 +10,10 @@ object, so it can never run as another statement on another connection; it names
 function's schema, so no session's search path can make it miss or reach a look-alike.
 
 Plain data, no I/O: `routines` lists the functions of a table (what the migration must have
-created: the drift tests compare), `register` records, for a table, the call that replaces each
-statement text, and `call_for` answers that for `psycopg_driver`. A write batch of several
+created: the drift tests compare), and `server_calls` gives, for a table's catalogue, the call
+that replaces each statement text: `build_catalogue` keeps them in the catalogue it builds
+(`Catalogue.server_calls`), where pooler mode (`pooler_text`) and the TypeScript export read
+them. A write batch of several
 kinds becomes the ``UNION ALL`` of its kinds' one-kind batch functions (the coalescer never
 puts two writes of one key into a batch, so the kinds' rows never interact; rows are matched
 to their callers by kind and key, not by order).
@@ -20,13 +22,12 @@ to their callers by kind and key, not by order).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Final
 
 from ...catalogue import Batches, Catalogue, ServerCall, Statement
-from .catalogue import build_catalogue, quote_ident
+from .. import quote_ident
 
-__all__ = ["Routine", "call_for", "register", "routines", "server_calls"]
+__all__ = ["Routine", "routines", "server_calls"]
 
 _KOT: Final = ("bytea", "bytea", "bigint")
 _TIMES: Final = ("fence bigint", "expires_at timestamptz")
@@ -86,13 +87,21 @@ def _params(first: int, count: int) -> list[str]:
     return [f"${n}" for n in range(first + 1, first + count + 1)]
 
 
-@cache
-def routines(
-    table_name: str, schema: str | None = None, home: str | None = None
-) -> tuple[Routine, ...]:
-    """The functions migration 0006 creates for ``schema.table_name`` (``home``: the schema
-    the table was found in when ``schema`` is None, as `build_catalogue` takes it)."""
-    return _routines(build_catalogue(table_name, schema, home), table_name)
+def routines(cat: Catalogue, table_name: str) -> tuple[Routine, ...]:
+    """The functions migration 0006 creates for the table of ``cat`` (PostgreSQL's catalogue
+    of ``table_name``, as `build_catalogue` makes it for the table's schema)."""
+    found: list[Routine] = []
+    for attr, arguments, columns in _ONE_ROW:
+        statement = getattr(cat, attr)
+        if not isinstance(statement, Statement):
+            raise TypeError(f"not a statement: {attr}")
+        found.append(Routine(f"{table_name}_{attr}", arguments, columns, statement.sql))
+    batches = _batches(cat)
+    for kind, (name, arrays) in enumerate(_BATCH_KINDS):
+        sql = batches.writes((kind,)).sql
+        found.append(Routine(f"{table_name}_batch_{name}", (*arrays, "integer"), _WRITE_ROW, sql))
+    found.append(Routine(f"{table_name}_batch_read", ("bytea[]",), _READ_ROW, batches.read.sql))
+    return tuple(found)
 
 
 def _batches(cat: Catalogue) -> Batches:
@@ -101,61 +110,34 @@ def _batches(cat: Catalogue) -> Batches:
     return cat.batches
 
 
-def _routines(cat: Catalogue, table: str) -> tuple[Routine, ...]:
-    found: list[Routine] = []
-    for attr, arguments, columns in _ONE_ROW:
-        statement = getattr(cat, attr)
-        if not isinstance(statement, Statement):
-            raise TypeError(f"not a statement: {attr}")
-        found.append(Routine(f"{table}_{attr}", arguments, columns, statement.sql))
-    batches = _batches(cat)
-    for kind, (name, arrays) in enumerate(_BATCH_KINDS):
-        sql = batches.writes((kind,)).sql
-        found.append(Routine(f"{table}_batch_{name}", (*arrays, "integer"), _WRITE_ROW, sql))
-    found.append(Routine(f"{table}_batch_read", ("bytea[]",), _READ_ROW, batches.read.sql))
-    return tuple(found)
-
-
-_CALLS: dict[str, str] = {}
-
-
-@cache
-def register(table_name: str, schema: str | None = None, home: str | None = None) -> None:
-    """Record the function call that replaces each hot statement of ``schema.table_name``
-    (or of the table found in ``home``). Calls always name the schema, so that no session's
-    search path can make one miss (and fall back) or reach another function: a catalogue
-    whose table has no schema yet registers nothing (its texts are never sent)."""
-    where = schema if schema is not None else home
-    if where is None:
-        return
-    cat = build_catalogue(table_name, schema, home)
-    for routine in routines(table_name, schema, home):
-        _CALLS[routine.statement] = _call(routine.name, where, _params(0, len(routine.arguments)))
+def server_calls(cat: Catalogue, table_name: str, where: str) -> dict[str, ServerCall]:
+    """The call that replaces each hot statement of ``cat`` (PostgreSQL's catalogue of
+    ``table_name`` in schema ``where``), by statement text: one function's for a one-row
+    statement, a one-kind batch and the read batch; the ``UNION ALL`` of its kinds' functions
+    for a write batch of several kinds. Calls always name the schema, so that no session's
+    search path can make one miss (and fall back) or reach another function."""
+    found: dict[str, ServerCall] = {}
+    for routine in routines(cat, table_name):
+        call = _call(routine.name, where, _params(0, len(routine.arguments)))
+        found[routine.statement] = ServerCall((routine.name,), routine.arguments, call)
     widths = [len(arrays) for _, arrays in _BATCH_KINDS]
     for mask in range(1, 1 << len(widths)):
         kinds = tuple(k for k in range(len(widths)) if mask >> k & 1)
         if len(kinds) == 1:
             continue  # a one-kind batch is its function's own statement (above)
         wait = f"${sum(widths[k] for k in kinds) + 1}"
-        calls, before = [], 0
+        names: list[str] = []
+        arguments: list[str] = []
+        calls: list[str] = []
+        before = 0
         for kind in kinds:
-            name = f"{table_name}_batch_{_BATCH_KINDS[kind][0]}"
-            calls.append(_call(name, where, [*_params(before, widths[kind]), wait]))
+            name, arrays = _BATCH_KINDS[kind]
+            names.append(f"{table_name}_batch_{name}")
+            arguments.extend(arrays)
+            calls.append(_call(names[-1], where, [*_params(before, widths[kind]), wait]))
             before += widths[kind]
-        _CALLS[_batches(cat).writes(kinds).sql] = "\nUNION ALL ".join(calls)
-
-
-def server_calls(table_name: str, schema: str) -> dict[str, ServerCall]:
-    """The call of each statement of ``schema.table_name`` that has a function (by text)."""
-    register(table_name, schema)
-    found = {}
-    for routine in routines(table_name, schema):
-        call = call_for(routine.statement)
-        if call is not None:
-            found[routine.statement] = ServerCall(routine.name, routine.arguments, call)
+        text = "\nUNION ALL ".join(calls)
+        found[_batches(cat).writes(kinds).sql] = ServerCall(
+            tuple(names), (*arguments, "integer"), text
+        )
     return found
-
-
-def call_for(sql: str) -> str | None:
-    """The function call that replaces statement ``sql``, or None (sent as it is)."""
-    return _CALLS.get(sql)

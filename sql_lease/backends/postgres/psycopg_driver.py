@@ -19,9 +19,9 @@ with psycopg's own literals (libpq's escaping, bytea as hex literals: NUL-safe),
 handle (`psycopg_wire`: no cursor, no task per call), and failures raise psycopg's exceptions.
 
 The hot statements go as calls of the table's plpgsql functions (migration 0005,
-`functions`), whose plans the server keeps per session; a database without them (before 0005)
-answers ``undefined_function`` before running anything, and the provider then sends the plain
-statements from that call on (logged once).
+`functions`; the calls are the catalogue's `server_calls`), whose plans the server keeps per
+session; a database without them (before 0005) answers ``undefined_function`` before running
+anything, and the provider then sends the plain statements from that call on (logged once).
 
 A cancelled call returns at once; its statement is cancelled on the server (a cancel request
 through the pooler) and its results drained in a task of its own, which `settle` awaits
@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ...errors import LeaseValueError
-from .. import Adaptor, Fetch
+from .. import Adaptor, CatalogueNow, Fetch
 from .errors import NotSentError
 from .libpq import DSN_PREFIX
 from .pooler_text import PoolerStatements
@@ -98,14 +98,14 @@ def watch_engine(engine: AsyncEngine, *, connect_timeout: float) -> None:
     event.listen(engine.sync_engine, "do_connect", do_connect)
 
 
-def fetch_for(timeout: float) -> Adaptor:
+def fetch_for(timeout: float, catalogue: CatalogueNow) -> Adaptor:
     """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
     server-side timeouts at `SERVER_SHARE` of ``timeout``, in one round trip (module
-    docstring)."""
-    statements = PoolerStatements(timeout)
+    docstring); the calls of server functions come from ``catalogue`` (the provider's)."""
+    statements = PoolerStatements(timeout, catalogue)
     miss = statements.template
 
-    def adapt(fairy: PoolProxiedConnection) -> Fetch:
+    def adapt(fairy: PoolProxiedConnection, _catalogue: CatalogueNow) -> Fetch:
         conn = cast("psycopg.AsyncConnection[Any]", fairy.driver_connection)
         exchange = Exchange(conn)
         encoding = exchange.encoding

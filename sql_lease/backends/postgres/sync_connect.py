@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL, Engine
 
 from ..._core.deadlines import server_millis
 from ...errors import LeaseValueError
+from .. import CatalogueNow
 from .pooler_text import PoolerStatements
 from .sync import EnginePgSource, PgExecutor, open_pool
 from .urls import host_port
@@ -70,6 +71,7 @@ def url_executor(
     pool_size: int,
     pooler: str | None = None,
     listen_url: URL | None = None,
+    catalogue: CatalogueNow | None = None,
 ) -> PgExecutor:
     """An executor owning a psycopg pool for ``url``: autocommit, server-side statement and
     lock timeouts at `SERVER_SHARE` of ``timeout``, no prepared statements.
@@ -104,7 +106,7 @@ def url_executor(
             options += " -c synchronous_commit=off"
         kwargs["options"] = (kwargs.get("options", "") + " " + options).strip()
     else:
-        statements = PoolerStatements(timeout)
+        statements = PoolerStatements(timeout, catalogue)
     pool = open_pool(kwargs, size=pool_size, timeout=timeout)
     return PgExecutor(pool, where=where, table=table, listen_kwargs=listen, statements=statements)
 

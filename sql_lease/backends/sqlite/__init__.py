@@ -21,9 +21,18 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._core.failures import Failure
 from ...capabilities import WakeupSink, WakeupSource
-from ...catalogue import Catalogue, ServerCall
+from ...catalogue import Catalogue
 from ...errors import LeaseDatabaseError, LeaseValueError
-from .. import Adaptor, Plan, PlanOptions, SyncExecutor, SyncListener, planned_arguments
+from .. import (
+    Adaptor,
+    CatalogueNow,
+    Plan,
+    PlanOptions,
+    SyncExecutor,
+    SyncListener,
+    planned_arguments,
+)
+from .._urls import hide_secrets
 from . import driver, errors, startup
 from .catalogue import build_catalogue, counter_table_name
 
@@ -50,6 +59,15 @@ class SqliteBackend:
             )
         return url.set(drivername=self.async_driver)
 
+    def split_hosts(self, scheme: str, rest: str) -> tuple[str, dict[str, str]]:
+        return f"{scheme}://{rest}", {}  # a file path: no hosts
+
+    def redact(self, url: URL) -> str:
+        return hide_secrets(url).render_as_string(hide_password=True)
+
+    def url_connect_args(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return url, {}
+
     def extra_tables(self, table_name: str) -> frozenset[str]:
         return frozenset({counter_table_name(table_name)})  # PostgreSQL's fence sequence
 
@@ -57,9 +75,6 @@ class SqliteBackend:
 
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         return build_catalogue(table_name)
-
-    def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:
-        return {}  # no server functions
 
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)
@@ -118,6 +133,7 @@ class SqliteBackend:
         pool_size: int,
         pooler: str | None = None,
         listen_url: URL | None = None,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         if pooler is not None:
             raise LeaseValueError("SQLite has no connection pooler: leave pooler=None")

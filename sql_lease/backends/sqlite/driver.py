@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.pool import PoolProxiedConnection
 
 from ..._core.deadlines import SERVER_SHARE
-from .. import Adaptor, Fetch
+from .. import Adaptor, CatalogueNow, Fetch
 from .errors import ConnectionClosed
 from .startup import open_existing, pragmas, start
 
@@ -58,7 +58,7 @@ def adaptor(timeout: float, synchronous_commit: bool) -> Adaptor:
     """Per pooled connection, a `SqliteConnection`'s fetch with the pragmas for ``timeout``."""
     settings = pragmas(timeout, synchronous_commit)
 
-    def fetch_of(fairy: PoolProxiedConnection) -> Fetch:
+    def fetch_of(fairy: PoolProxiedConnection, _catalogue: CatalogueNow) -> Fetch:
         return SqliteConnection(fairy.driver_connection, settings).fetch
 
     return fetch_of
