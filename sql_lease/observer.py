@@ -21,9 +21,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import wraps
 from time import perf_counter
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from .errors import LeaseClosedError, LeaseTypeError, LeaseValueError
+
+if TYPE_CHECKING:
+    from ._core.contract import AcquireResult
 
 __all__ = ["LeaseEvent", "LeaseEventKind", "LeaseObserver", "StatementEvent"]
 
@@ -171,6 +174,22 @@ def report_lease_event(observer: LeaseObserver, event: LeaseEvent) -> None:
         observer.on_lease_event(event)
     except Exception:
         _failed(observer, "on_lease_event")
+
+
+def report_wait(
+    observer: LeaseObserver | None,
+    kind: LeaseEventKind,
+    key: str,
+    owner: str,
+    result: AcquireResult,
+    reason: str | None = None,
+) -> None:
+    """A waiter's ``WAITED`` (detail: the holder of ``result``) or ``WOKE`` (detail: what woke
+    it, ``reason``, else the timer) event, for the async and sync waiters alike; nothing
+    without an observer."""
+    if observer is not None:
+        detail = result.owner if kind is LeaseEventKind.WAITED else (reason or "timer")
+        report_lease_event(observer, LeaseEvent(kind, key, owner, result.fence, detail))
 
 
 async def timed_statement(

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
 from .._core.contract import AcquireResult, LeaseProvider
+from .._core.policy import hold_terms
 from .._core.validate import Millis
 from ..errors import (
     LeaseAlreadyHeld,
@@ -33,9 +34,9 @@ from ..errors import (
 from ..observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
 from .handoff import check_adoptable, check_transfer, transfer_settled
 from .hooks import Hooks, in_background
-from .keeper import Keeper, check_hold
+from .keeper import Keeper
 from .runtime import runtime_of
-from .wait import wait_for
+from .wait import wait_checked
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
 
@@ -111,16 +112,16 @@ class HeldLease:
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
     ) -> None:
-        ttl_ms, renew_every_ms, wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
+        terms = hold_terms(key, owner, ttl_ms, renew_every_ms, wait_ms)  # checked once
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
         self._hooks: Hooks[HeldLease] = Hooks(key, {**hooks, "on_released": on_released})
         self._provider = provider
         self._runtime = runtime_of(provider)
-        self.key, self.owner, self.ttl_ms = key, owner, ttl_ms
-        self.renew_every_ms = renew_every_ms
-        self._wait_ms = wait_ms
+        self.key, self.owner, self.ttl_ms = key, owner, terms.ttl_ms
+        self.renew_every_ms = terms.renew_every_ms
+        self._wait_ms = terms.wait_ms
         self._cancel_on_loss = cancel_on_loss
         self.fence: int | None = None
         self.expires_at: datetime | None = None
@@ -136,10 +137,7 @@ class HeldLease:
         self._cancel_requested = False
         self._keeper = Keeper(
             lambda: self._runtime.renewer,
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms,
+            terms,
             renewed=self._renewed,
             failed=self._renew_failed,
             lost=self._lose,
@@ -263,7 +261,7 @@ class HeldLease:
     async def _acquire(self, loop: asyncio.AbstractEventLoop) -> tuple[AcquireResult, float]:
         try:
             if self._wait_ms:
-                return await wait_for(
+                return await wait_checked(
                     self._provider, self.key, self.owner, self.ttl_ms, self._wait_ms
                 )
             started = loop.time()

@@ -14,27 +14,26 @@ one local waiter of the key (the first in line), not all of them; the expiry re-
 jittered. A provider that wakes its own waiters (in memory) is never polled. Others (SQLite,
 providers without notifications) are re-checked every `POLL_S` seconds, and releases made
 through `hold` in this process wake a waiter at once.
+
+The loop itself is `sql_lease._core.waiting.wait_steps`, shared with the sync API; this module
+performs its steps with asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 
 from .._core.contract import AcquireResult, LeaseProvider
 from .._core.validate import Millis, check_millis, check_name, check_ttl
+from .._core.waiting import JITTER_S, POLL_S, StepKind, wait_steps, wake_at
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
-from ..observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
+from ..observer import LeaseEventKind, LeaseObserver, observer_of, report_wait
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
-__all__ = ["POLL_S", "hub_for", "wait_for", "wait_for_lease"]
-
-#: Re-check interval for providers that cannot notify (SQLite), in seconds.
-POLL_S = 0.05
-_JITTER_S = (0.005, 0.05)  # added to expiry re-checks and reconnect wake-ups
+__all__ = ["POLL_S", "hub_for", "wait_checked", "wait_for", "wait_for_lease"]
 
 
 def hub_for(provider: LeaseProvider) -> Hub:
@@ -49,7 +48,13 @@ async def wait_for(
     check_name("key", key)
     check_name("owner", owner)
     ttl = check_ttl(ttl_ms)
-    timeout = check_millis("timeout_ms", timeout_ms)
+    return await wait_checked(provider, key, owner, ttl, check_millis("timeout_ms", timeout_ms))
+
+
+async def wait_checked(
+    provider: LeaseProvider, key: str, owner: str, ttl: int, timeout: int
+) -> tuple[AcquireResult, float]:
+    """`wait_for` with arguments checked already (a hold's: checked once, not again here)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout / 1000
     started = loop.time()
@@ -60,42 +65,39 @@ async def wait_for(
     marks = provider if isinstance(provider, WantMarking) else None
     observer = observer_of(provider)
     waiter = Waiter(key, loop)
+    steps = wait_steps(deadline, loop.time, marks is not None)
+    answer: object = None
     try:
         while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            try:
+                step = steps.send(answer)
+            except StopIteration:
                 return result, started
-            wait_ms = max(1, math.ceil(remaining * 1000))
-            marked = None if marks is None else await marks.mark_wanted(key, wait_ms)
-            hub.arm(waiter)
-            if hub.listener is not None:
-                if hub.closed:  # closed meanwhile: do not start a listener again
-                    raise LeaseClosedError("wait_for_lease")
-                await hub.listener.ready(min(remaining, hub.ready_within))
-            waiter.generation = hub.generation()
-            started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
-            if result.acquired:
-                return result, started
-            # The key was free when it was marked, and someone took it since: mark the new
-            # holder's lease, or its release would notify nobody (and we would sleep until
-            # its expiry). Free again meanwhile: go round and acquire.
-            if (
-                marks is not None
-                and marked is None
-                and await marks.mark_wanted(key, wait_ms) is None
-            ):
-                continue
-            await _sleep(hub, waiter, provider, result, deadline, observer, owner)
-            started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
-            if result.acquired:
-                return result, started
+            kind = step.kind
+            if kind is StepKind.ACQUIRE:
+                started = loop.time()
+                result = await provider.acquire_lease(key, owner, ttl)
+                answer = result.acquired
+            elif kind is StepKind.MARK:
+                assert marks is not None
+                answer = await marks.mark_wanted(key, step.wait_ms)
+            elif kind is StepKind.LISTEN:
+                hub.arm(waiter)
+                if hub.listener is not None:
+                    if hub.closed:  # closed meanwhile: do not start a listener again
+                        raise LeaseClosedError("wait_for_lease")
+                    await hub.listener.ready(min(step.remaining, hub.ready_within))
+                waiter.generation = hub.generation()
+                answer = None
+            else:
+                await _sleep(hub, waiter, provider, result, deadline, observer, owner)
+                answer = None
     except BaseException:
         if waiter.reason == "notify" and waiter.event.is_set():
             hub.notify(key)  # we were woken but leave without acting on it: pass it on
         raise
     finally:
+        steps.close()
         hub.remove(waiter)
 
 
@@ -110,33 +112,27 @@ async def _sleep(
 ) -> None:
     """Sleep until ``waiter`` is woken, the holder's expiry, the next poll or ``deadline``."""
     loop = asyncio.get_running_loop()
-    wake_at = deadline
+    until = None
     if result.expires_at is not None:
         until = await hub.seconds_until(provider, result.expires_at)
-        wake_at = min(wake_at, loop.time() + max(0.0, until) + random.uniform(*_JITTER_S))
-    if hub.listener is None and not hub.self_notifying:
-        wake_at = min(wake_at, loop.time() + POLL_S)
+    polls = hub.listener is None and not hub.self_notifying
+    now = loop.time()
+    wake = wake_at(now, deadline, until, POLL_S if polls else None, random.uniform(*JITTER_S))
     # A reconnect since arming means notifications may have been missed: look again at once.
     if waiter.generation != hub.generation():
         return
-    key = waiter.key
-    if observer is not None:
-        waited = LeaseEvent(LeaseEventKind.WAITED, key, owner, result.fence, result.owner)
-        report_lease_event(observer, waited)
+    report_wait(observer, LeaseEventKind.WAITED, waiter.key, owner, result)
     waiter.sleeping = True
     try:
-        async with asyncio.timeout_at(wake_at):
+        async with asyncio.timeout_at(wake):
             await waiter.event.wait()
     except TimeoutError:
         pass
     finally:
         waiter.sleeping = False
-    if observer is not None:
-        why = waiter.reason or "timer"
-        woke = LeaseEvent(LeaseEventKind.WOKE, key, owner, result.fence, why)
-        report_lease_event(observer, woke)
+    report_wait(observer, LeaseEventKind.WOKE, waiter.key, owner, result, waiter.reason)
     if waiter.reason == "reconnect":
-        await asyncio.sleep(random.uniform(*_JITTER_S))
+        await asyncio.sleep(random.uniform(*JITTER_S))
 
 
 async def wait_for_lease(
