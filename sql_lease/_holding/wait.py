@@ -52,14 +52,14 @@ async def wait_for(
 
 
 async def wait_checked(
-    provider: LeaseProvider, key: str, owner: str, ttl: int, timeout: int
+    provider: LeaseProvider, key: str, owner: str, ttl: int, timeout_ms: int
 ) -> tuple[AcquireResult, float]:
     """`wait_for` with arguments checked already (a hold's: checked once, not again here)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout / 1000
+    deadline = loop.time() + timeout_ms / 1000
     started = loop.time()
     result = await provider.acquire_lease(key, owner, ttl)
-    if result.acquired or timeout == 0:
+    if result.acquired or timeout_ms == 0:
         return result, started
     hub = hub_for(provider)
     marks = provider if isinstance(provider, WantMarking) else None
