@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypedDict
 
 from ..capabilities import Renewal
 from ..errors import LeaseValueError
@@ -29,11 +29,13 @@ from .validate import Millis, check_millis, check_name, check_ttl
 __all__ = [
     "BACKOFF_FIRST",
     "GONE",
+    "HoldKeywords",
     "HoldTerms",
     "Ticket",
     "due_groups",
     "fence_moved",
     "hold_terms",
+    "keyword_terms",
     "renew_interval",
 ]
 
@@ -51,6 +53,29 @@ class HoldTerms:
     ttl_ms: int
     renew_every_ms: int
     wait_ms: int
+
+
+class HoldKeywords(TypedDict, total=False):
+    """The keyword options of a sync hold (``hold(key, owner, ttl_ms, **options)``); the
+    hooks are called with the `HeldLease`."""
+
+    renew_every_ms: Millis | None
+    wait_ms: Millis
+    on_acquired: Callable[[Any], object] | None
+    on_renewed: Callable[[Any], object] | None
+    on_lost: Callable[[Any], object] | None
+    on_released: Callable[[Any], object] | None
+
+
+_KEYWORDS: Final = frozenset(HoldKeywords.__annotations__)
+
+
+def keyword_terms(key: str, owner: str, ttl_ms: Millis, options: HoldKeywords) -> HoldTerms:
+    """`hold_terms` from a sync hold's keywords; `TypeError` for one it does not take."""
+    unknown = sorted(options.keys() - _KEYWORDS)
+    if unknown:
+        raise TypeError(f"hold() got an unexpected keyword argument {unknown[0]!r}")
+    return hold_terms(key, owner, ttl_ms, options.get("renew_every_ms"), options.get("wait_ms", 0))
 
 
 def renew_interval(ttl_ms: int, renew_every_ms: Millis | None) -> int:

@@ -15,22 +15,18 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from time import monotonic
-from types import TracebackType
-from typing import Self
+from typing import Self, Unpack, cast
 
 from .._core.contract import AcquireResult
+from .._core.policy import HoldKeywords, Ticket, keyword_terms
 from .._core.validate import Millis
 from .._holding.handoff import check_transfer
-from .._holding.keeper import check_hold
+from .._holding.hooks import HOOK_NAMES, Hooks
+from .._holding.renewer import retry_later
 from ..capabilities import Renewal
-from ..errors import (
-    LeaseDatabaseError,
-    LeaseLost,
-    LeaseNotAcquired,
-    LeaseTypeError,
-)
+from ..errors import LeaseDatabaseError, LeaseLost, LeaseNotAcquired
+from ..observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
 from ._capabilities import SyncLeaseProvider
-from ._renewer import Ticket
 from ._runtime import Lifecycle
 
 __all__ = ["HeldLease", "LeaseHook"]
@@ -40,8 +36,6 @@ logger = logging.getLogger("sql_lease.hold")
 #: A lifecycle callback, called with the `HeldLease`.
 LeaseHook = Callable[["HeldLease"], object]
 
-_BACKOFF_FIRST = 0.05  # seconds before the first retry of a failed renewal (doubles)
-
 
 class _State(enum.Enum):
     CREATED = "created"
@@ -50,12 +44,6 @@ class _State(enum.Enum):
     LOST = "lost"
     HANDED_OFF = "handed off"
     EXITED = "exited"
-
-
-def _check_hook(name: str, hook: object) -> LeaseHook | None:
-    if hook is not None and not callable(hook):
-        raise LeaseTypeError(f"{name} must be callable, not {type(hook).__name__}")
-    return hook
 
 
 class HeldLease:
@@ -84,24 +72,15 @@ class HeldLease:
         key: str,
         owner: str,
         ttl_ms: Millis,
-        *,
-        renew_every_ms: Millis | None = None,
-        wait_ms: Millis = 0,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
+        **options: Unpack[HoldKeywords],
     ) -> None:
-        ttl, every, self._wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
-        self._hooks = {
-            "on_acquired": _check_hook("on_acquired", on_acquired),
-            "on_renewed": _check_hook("on_renewed", on_renewed),
-            "on_lost": _check_hook("on_lost", on_lost),
-            "on_released": _check_hook("on_released", on_released),
-        }
+        terms = keyword_terms(key, owner, ttl_ms, options)  # checked once
+        hooks = {name: options.get(name) for name in HOOK_NAMES}
+        self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
         self._provider = provider
         self._life = lifecycle
-        self.key, self.owner, self.ttl_ms, self.renew_every_ms = key, owner, ttl, every
+        self.key, self.owner, self.ttl_ms = key, owner, terms.ttl_ms
+        self.renew_every_ms, self._wait_ms = terms.renew_every_ms, terms.wait_ms
         self.fence: int | None = None
         self.expires_at: datetime | None = None
         self.renewals = 0
@@ -113,16 +92,9 @@ class HeldLease:
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._ticket = Ticket(
-            key,
-            owner,
-            ttl,
-            every / 1000,
-            renewed=self._renewed,
-            failed=self._renew_failed,
-            gone=self._lose,
-            expired=self._expired,
+            terms, renewed=self._renewed, failed=self._renew_failed, gone=self._lose
         )
-        self._failures = 0  # consecutive failed renewals
+        self._observer = observer_of(provider)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -178,6 +150,7 @@ class HeldLease:
         self._ended.set()
         self._life.notify_local(self.key)
         logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
+        self._report(LeaseEventKind.TRANSFERRED, to_owner)
 
     # -- context manager ------------------------------------------------------------------
 
@@ -189,7 +162,7 @@ class HeldLease:
         try:
             started = monotonic()
             if self._wait_ms:
-                result, started = self._life.wait_for(
+                result, started = self._life.wait_checked(
                     provider, self.key, self.owner, self.ttl_ms, self._wait_ms
                 )
             else:
@@ -210,17 +183,13 @@ class HeldLease:
             )
         self._granted(result, started)
         self._state = _State.HELD
-        self._call_hook("on_acquired")
-        self._life.renewer.add(self._ticket)
+        self._hooks.call_now("on_acquired", self)
         logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, self.fence)
+        self._report(LeaseEventKind.ACQUIRED)  # before the renewal thread may report a loss
+        self._life.renewer.add(self._ticket)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._life.renewer.discard(self._ticket)
         with self._lock:
             state = self._state
@@ -244,35 +213,17 @@ class HeldLease:
     # -- called by the renewer ------------------------------------------------------------
 
     def _renewed(self, started: float, renewal: Renewal | None) -> None:
-        ticket = self._ticket
-        ticket.deadline = max(ticket.deadline, started + self.ttl_ms / 1000)
-        ticket.due = started + ticket.interval
-        self._failures = 0
+        self._ticket.kept(started)
         self.renewals += 1
         if renewal is not None:
             self.expires_at = renewal.expires_at
-        self._call_hook("on_renewed")
+        self._report(LeaseEventKind.RENEWED)
+        self._hooks.call_now("on_renewed", self)
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:
-        self._failures += 1
         self.renew_errors += 1
-        delay = min(self._ticket.interval, _BACKOFF_FIRST * 2 ** (self._failures - 1))
-        self._ticket.due = now + delay
-        log = logger.warning if self._failures == 1 else logger.debug
-        log(
-            "renewing lease %r of %r failed (%s); retrying in %.0f ms, %.0f ms before it expires",
-            self.key,
-            self.owner,
-            exc,
-            delay * 1000,
-            max(0.0, self._ticket.deadline - now) * 1000,
-        )
-
-    def _expired(self) -> None:
-        reason = "it expired before it could be renewed"
-        if self._failures:
-            reason += f" ({self._failures} renewal attempts failed)"
-        self._lose(reason)
+        retry_later(self._ticket, exc, now)
+        self._report(LeaseEventKind.RENEW_FAILED, str(exc))
 
     def _lose(self, reason: str) -> None:
         with self._lock:
@@ -284,10 +235,7 @@ class HeldLease:
 
     def _granted(self, result: AcquireResult, started: float) -> None:
         self.fence, self.expires_at = result.fence, result.expires_at
-        ticket = self._ticket
-        ticket.fence = result.fence
-        ticket.deadline = started + self.ttl_ms / 1000
-        ticket.due = started + ticket.interval
+        self._ticket.grant(started, result.fence)
 
     def _mark_lost(self, reason: str) -> None:
         with self._lock:
@@ -298,14 +246,15 @@ class HeldLease:
         )
         self.lost.set()
         self._ended.set()
-        self._call_hook("on_lost")
+        self._report(LeaseEventKind.LOST, reason)
+        self._hooks.call_now("on_lost", self)
 
     def _lost_error(self) -> LeaseLost:
         return LeaseLost(self.key, self.owner, self.fence, self.lost_reason or "lost")
 
     def _resume(self) -> bool:
         """Back to held and renewing after a failed transfer; False if it expired meanwhile."""
-        if monotonic() >= self._ticket.deadline:
+        if not self._ticket.alive(monotonic()):
             self._mark_lost("it expired while it was being transferred")
             return False
         with self._lock:
@@ -332,17 +281,17 @@ class HeldLease:
                 self.owner,
                 exc,
             )
+            if not quiet and not self.lost.is_set():
+                self._report(LeaseEventKind.RELEASED, f"release failed ({exc}); it expires")
             return
         self._life.notify_local(self.key)
         if not quiet:
             logger.debug("lease %r released by %r", self.key, self.owner)
-            self._call_hook("on_released")
+            if not self.lost.is_set():  # a lost lease was counted out by its LOST event
+                self._report(LeaseEventKind.RELEASED)
+            self._hooks.call_now("on_released", self)
 
-    def _call_hook(self, name: str) -> None:
-        hook = self._hooks[name]
-        if hook is None:
-            return
-        try:
-            hook(self)
-        except Exception:
-            logger.exception("%s hook of lease %r failed", name, self.key)
+    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
+        if self._observer is not None:
+            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
+            report_lease_event(self._observer, event)

@@ -13,7 +13,7 @@ from .._core.validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._capabilities import SyncLeaseProvider
 from ._renewer import Renewer
-from ._wait import Hub, wait_for
+from ._wait import Hub, wait_checked, wait_for
 
 __all__ = ["Lifecycle"]
 
@@ -51,6 +51,12 @@ class Lifecycle:
         self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
     ) -> tuple[AcquireResult, float]:
         return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
+
+    def wait_checked(
+        self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: int, timeout_ms: int
+    ) -> tuple[AcquireResult, float]:
+        """`wait_for` with a hold's arguments, checked once already."""
+        return wait_checked(provider, self.hub, key, owner, ttl_ms, timeout_ms)
 
     def close(self) -> None:
         """The provider closes: held leases count as lost (left to expire), listening ends."""
