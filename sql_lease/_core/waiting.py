@@ -27,6 +27,7 @@ __all__ = [
     "JITTER_S",
     "POLL_S",
     "ClockOffset",
+    "HubBase",
     "Step",
     "StepKind",
     "WaiterLines",
@@ -191,3 +192,43 @@ class ClockOffset:
     def seconds_until(self, when: datetime, ours: datetime) -> float:
         """Seconds until ``when`` of the provider's clock, ours being ``ours`` now."""
         return (when - (ours + self._offset)).total_seconds()
+
+
+class _Listening(Protocol):
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def connected(self) -> bool: ...
+
+
+L = TypeVar("L", bound=_Listening)
+
+
+class HubBase(Generic[W, L]):
+    """What the hubs of both APIs keep: the waiters by key (`WaiterLines`), the provider's
+    listener (``listener``, None when it cannot notify), whether the provider wakes its own
+    waiters (``self_notifying``: the in-memory one) and the provider clock's offset."""
+
+    def __init__(self, *, self_notifying: bool = False) -> None:
+        self._lines: WaiterLines[W] = WaiterLines()
+        self.listener: L | None = None
+        self.self_notifying = self_notifying
+        self._clock = ClockOffset()
+
+    @property
+    def active(self) -> bool:
+        """True while anyone waits."""
+        return bool(self._lines)
+
+    @property
+    def polls(self) -> bool:
+        """True when nothing but a poll finds a release of another process (no listener, and
+        the provider does not wake its own waiters); then a release made here wakes a local
+        waiter at once."""
+        return self.listener is None and not self.self_notifying
+
+    def generation(self) -> int:
+        """The current listener connection's number, or -1 when not listening."""
+        listener = self.listener
+        return listener.generation if listener is not None and listener.connected else -1

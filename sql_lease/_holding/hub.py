@@ -11,7 +11,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from .._core.contract import LeaseProvider
-from .._core.waiting import ClockOffset, WaiterLines
+from .._core.waiting import HubBase
 from ..capabilities import DatabaseClock, WakeupSource
 
 __all__ = ["Hub", "Waiter"]
@@ -31,8 +31,8 @@ class Waiter:
         self.sleeping = False
 
 
-class Hub:
-    """Waiters of one provider by key (a `WakeupSink`; the lines are `WaiterLines`).
+class Hub(HubBase[Waiter, WakeupSource]):
+    """Waiters of one provider by key (a `WakeupSink`; see `HubBase`).
 
     ``listener`` is the provider's notification channel or None; ``self_notifying`` is True
     when the provider wakes a waiter itself on every release, transfer and force-release (then
@@ -41,17 +41,9 @@ class Hub:
     """
 
     def __init__(self, *, self_notifying: bool = False, ready_within: float = 5.0) -> None:
-        self._lines: WaiterLines[Waiter] = WaiterLines()
-        self.listener: WakeupSource | None = None
-        self.self_notifying = self_notifying
+        super().__init__(self_notifying=self_notifying)
         self.ready_within = ready_within
         self.closed = False
-        self._clock = ClockOffset()
-
-    @property
-    def active(self) -> bool:
-        """True while anyone waits."""
-        return bool(self._lines)
 
     def arm(self, waiter: Waiter) -> None:
         """Put ``waiter`` in line for its key with a cleared event."""
@@ -86,11 +78,6 @@ class Hub:
         tests wait on it instead of sleeping). With a listener, a waiter only sleeps once it
         tried to listen; ``listener.connected`` tells whether it is in place."""
         return self._lines.sleeping(key)
-
-    def generation(self) -> int:
-        """The current listener connection's number, or -1 when not listening."""
-        listener = self.listener
-        return listener.generation if listener is not None and listener.connected else -1
 
     async def seconds_until(self, provider: LeaseProvider, when: datetime) -> float:
         """Seconds until ``when`` by the provider's clock (its offset measured and cached; the

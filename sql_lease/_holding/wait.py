@@ -115,9 +115,8 @@ async def _sleep(
     until = None
     if result.expires_at is not None:
         until = await hub.seconds_until(provider, result.expires_at)
-    polls = hub.listener is None and not hub.self_notifying
-    now = loop.time()
-    wake = wake_at(now, deadline, until, POLL_S if polls else None, random.uniform(*JITTER_S))
+    jitter = random.uniform(*JITTER_S)
+    wake = wake_at(loop.time(), deadline, until, POLL_S if hub.polls else None, jitter)
     # A reconnect since arming means notifications may have been missed: look again at once.
     if waiter.generation != hub.generation():
         return

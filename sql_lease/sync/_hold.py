@@ -9,11 +9,8 @@ and so does leaving the block when the body itself raised nothing.
 
 from __future__ import annotations
 
-import enum
-import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
 from time import monotonic
 from typing import Self, Unpack, cast
 
@@ -22,31 +19,21 @@ from .._core.policy import HoldKeywords, Ticket, keyword_terms
 from .._core.validate import Millis
 from .._holding.handoff import check_transfer
 from .._holding.hooks import HOOK_NAMES, Hooks
+from .._holding.record import HoldRecord, HoldState
 from .._holding.renewer import retry_later
 from ..capabilities import Renewal
-from ..errors import LeaseDatabaseError, LeaseLost, LeaseNotAcquired
-from ..observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
+from ..errors import LeaseDatabaseError, LeaseNotAcquired
+from ..observer import LeaseEventKind
 from ._capabilities import SyncLeaseProvider
 from ._runtime import Lifecycle
 
 __all__ = ["HeldLease", "LeaseHook"]
 
-logger = logging.getLogger("sql_lease.hold")
-
 #: A lifecycle callback, called with the `HeldLease`.
 LeaseHook = Callable[["HeldLease"], object]
 
 
-class _State(enum.Enum):
-    CREATED = "created"
-    HELD = "held"
-    TRANSFERRING = "transferring"
-    LOST = "lost"
-    HANDED_OFF = "handed off"
-    EXITED = "exited"
-
-
-class HeldLease:
+class HeldLease(HoldRecord):
     """A lease held for the duration of a ``with`` block (single use).
 
     Renewed every ``renew_every_ms`` (default a third of the TTL, at most half of it) with
@@ -77,31 +64,17 @@ class HeldLease:
         terms = keyword_terms(key, owner, ttl_ms, options)  # checked once
         hooks = {name: options.get(name) for name in HOOK_NAMES}
         self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
+        self._start_record(terms, provider)
         self._provider = provider
         self._life = lifecycle
-        self.key, self.owner, self.ttl_ms = key, owner, terms.ttl_ms
-        self.renew_every_ms, self._wait_ms = terms.renew_every_ms, terms.wait_ms
-        self.fence: int | None = None
-        self.expires_at: datetime | None = None
-        self.renewals = 0
-        self.renew_errors = 0
         self.lost = threading.Event()
-        self.lost_reason: str | None = None
-        self.handed_to: str | None = None
-        self._state = _State.CREATED
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._ticket = Ticket(
             terms, renewed=self._renewed, failed=self._renew_failed, gone=self._lose
         )
-        self._observer = observer_of(provider)
 
     # -- public ---------------------------------------------------------------------------
-
-    @property
-    def held(self) -> bool:
-        """True while the lease is ours: acquired, not lost, not handed on, block not left."""
-        return self._state is _State.HELD
 
     def check(self) -> None:
         """Raise `LeaseLost` if the lease was lost (call it between steps of long work)."""
@@ -123,13 +96,9 @@ class HeldLease:
         """
         ttl = check_transfer(self.owner, to_owner, ttl_ms, self.ttl_ms)
         with self._lock:
-            if self._state is not _State.HELD:
-                if self.lost.is_set():
-                    raise self._lost_error()
-                raise RuntimeError(
-                    f"transfer_to needs a held lease, this one is {self._state.value}"
-                )
-            self._state = _State.TRANSFERRING
+            if self._state is not HoldState.HELD:
+                raise self._not_transferable()
+            self._state = HoldState.TRANSFERRING
         self._life.renewer.discard(self._ticket)
         try:
             done = self._provider.transfer_lease(self.key, self.owner, to_owner, ttl)
@@ -145,17 +114,14 @@ class HeldLease:
         if not done:
             self._mark_lost("it was no longer held when it was to be transferred")
             raise self._lost_error()
-        self.handed_to = to_owner
-        self._state = _State.HANDED_OFF
+        self._handed(to_owner)
         self._ended.set()
         self._life.notify_local(self.key)
-        logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
-        self._report(LeaseEventKind.TRANSFERRED, to_owner)
 
     # -- context manager ------------------------------------------------------------------
 
     def __enter__(self) -> Self:
-        if self._state is not _State.CREATED:
+        if self._state is not HoldState.CREATED:
             raise RuntimeError("a HeldLease can be entered only once")
         provider = self._provider
         self._life.claim(self.key, self.owner)
@@ -168,7 +134,7 @@ class HeldLease:
             else:
                 result = provider.acquire_lease(self.key, self.owner, self.ttl_ms)
         except BaseException as exc:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)
             if not isinstance(exc, Exception) or (
                 isinstance(exc, LeaseDatabaseError) and exc.outcome_unknown
@@ -176,15 +142,14 @@ class HeldLease:
                 self._release(quiet=True)  # it may have been acquired: undo (owner-checked)
             raise
         if not result.acquired:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)
             raise LeaseNotAcquired(
                 self.key, self.owner, result.owner, result.fence, result.expires_at
             )
         self._granted(result, started)
-        self._state = _State.HELD
+        self._state = HoldState.HELD
         self._hooks.call_now("on_acquired", self)
-        logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, self.fence)
         self._report(LeaseEventKind.ACQUIRED)  # before the renewal thread may report a loss
         self._life.renewer.add(self._ticket)
         return self
@@ -193,64 +158,48 @@ class HeldLease:
         self._life.renewer.discard(self._ticket)
         with self._lock:
             state = self._state
-            if state in (_State.HELD, _State.TRANSFERRING):
-                self._state = _State.EXITED
+            if state in (HoldState.HELD, HoldState.TRANSFERRING):
+                self._state = HoldState.EXITED
         try:
             if self.handed_to is None and not self._life.closed:
-                self._release(quiet=state is not _State.HELD)
+                self._release(quiet=state is not HoldState.HELD)
         finally:
             self._life.unclaim(self.key, self.owner)
             self._ended.set()
         if self.lost.is_set() and exc_type is None:
             raise self._lost_error()
 
-    def __repr__(self) -> str:
-        return (
-            f"HeldLease(key={self.key!r}, owner={self.owner!r}, fence={self.fence}, "
-            f"state={self._state.value})"
-        )
-
     # -- called by the renewer ------------------------------------------------------------
 
     def _renewed(self, started: float, renewal: Renewal | None) -> None:
         self._ticket.kept(started)
-        self.renewals += 1
-        if renewal is not None:
-            self.expires_at = renewal.expires_at
-        self._report(LeaseEventKind.RENEWED)
+        self._count_renewal(None if renewal is None else renewal.expires_at)
         self._hooks.call_now("on_renewed", self)
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:
-        self.renew_errors += 1
         retry_later(self._ticket, exc, now)
-        self._report(LeaseEventKind.RENEW_FAILED, str(exc))
+        self._count_failure(exc)
 
     def _lose(self, reason: str) -> None:
         with self._lock:
-            if self._state is not _State.HELD:
+            if self._state is not HoldState.HELD:
                 return
         self._mark_lost(reason)
 
     # -- internals ------------------------------------------------------------------------
 
     def _granted(self, result: AcquireResult, started: float) -> None:
-        self.fence, self.expires_at = result.fence, result.expires_at
+        self._acquired(result.fence, result.expires_at)
         self._ticket.grant(started, result.fence)
 
     def _mark_lost(self, reason: str) -> None:
         with self._lock:
-            self._state = _State.LOST
+            self._state = HoldState.LOST
             self.lost_reason = reason
-        logger.warning(
-            "lease %r of %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason
-        )
+        self._log_loss(reason)
         self.lost.set()
         self._ended.set()
-        self._report(LeaseEventKind.LOST, reason)
         self._hooks.call_now("on_lost", self)
-
-    def _lost_error(self) -> LeaseLost:
-        return LeaseLost(self.key, self.owner, self.fence, self.lost_reason or "lost")
 
     def _resume(self) -> bool:
         """Back to held and renewing after a failed transfer; False if it expired meanwhile."""
@@ -258,7 +207,7 @@ class HeldLease:
             self._mark_lost("it expired while it was being transferred")
             return False
         with self._lock:
-            self._state = _State.HELD
+            self._state = HoldState.HELD
         self._life.renewer.add(self._ticket)
         return True
 
@@ -275,23 +224,9 @@ class HeldLease:
         try:
             self._provider.release_lease(self.key, self.owner)
         except Exception as exc:
-            logger.warning(
-                "releasing lease %r of %r failed (%s); it expires on its own",
-                self.key,
-                self.owner,
-                exc,
-            )
-            if not quiet and not self.lost.is_set():
-                self._report(LeaseEventKind.RELEASED, f"release failed ({exc}); it expires")
+            self._release_failed(exc, quiet)
             return
         self._life.notify_local(self.key)
         if not quiet:
-            logger.debug("lease %r released by %r", self.key, self.owner)
-            if not self.lost.is_set():  # a lost lease was counted out by its LOST event
-                self._report(LeaseEventKind.RELEASED)
+            self._released()
             self._hooks.call_now("on_released", self)
-
-    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
-        if self._observer is not None:
-            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
-            report_lease_event(self._observer, event)

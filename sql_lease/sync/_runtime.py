@@ -43,9 +43,8 @@ class Lifecycle:
 
     def notify_local(self, key: str) -> None:
         """Wake a local waiter of ``key`` (when no NOTIFY or the provider itself does it)."""
-        hub = self.hub
-        if hub.listener is None and not hub.self_notifying:
-            hub.notify(key)
+        if self.hub.polls:
+            self.hub.notify(key)
 
     def wait_for(
         self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis

@@ -17,24 +17,21 @@ import threading
 import time
 from datetime import UTC, datetime
 from time import monotonic
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from .._core.contract import AcquireResult
 from .._core.validate import Millis, check_millis, check_name, check_ttl
 from .._core.waiting import (
     JITTER_S,
     POLL_S,
-    ClockOffset,
+    HubBase,
     StepKind,
-    WaiterLines,
     wait_steps,
     wake_at,
 )
+from ..backends import SyncListener
 from ..observer import LeaseEventKind, observer_of, report_wait
 from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
-
-if TYPE_CHECKING:
-    from ..backends import SyncListener as Listener
 
 __all__ = ["POLL_S", "Hub", "wait_checked", "wait_for"]
 
@@ -54,21 +51,13 @@ class Waiter:
         self.sleeping = False
 
 
-class Hub:
-    """The waiters of one provider by key (`WaiterLines`, under a lock); its `Listener` when
-    the provider can notify."""
+class Hub(HubBase[Waiter, SyncListener]):
+    """The waiters of one provider by key (`HubBase`, under a lock); its `Listener` when the
+    provider can notify."""
 
     def __init__(self) -> None:
-        self._lines: WaiterLines[Waiter] = WaiterLines()
+        super().__init__()
         self._lock = threading.Lock()
-        self.listener: Listener | None = None
-        #: True when the provider itself wakes waiters on every release (in-memory).
-        self.self_notifying = False
-        self._clock = ClockOffset()
-
-    @property
-    def active(self) -> bool:
-        return bool(self._lines)
 
     def sleeping(self, key: str) -> int:
         """How many waiters of ``key`` are asleep, in line for a wake-up (diagnostics)."""
@@ -98,10 +87,6 @@ class Hub:
             woken = self._lines.sleepers()
         for waiter in woken:
             _wake(waiter, "reconnect")
-
-    def generation(self) -> int:
-        listener = self.listener
-        return listener.generation if listener is not None and listener.connected else -1
 
     def seconds_until(self, provider: SyncLeaseProvider, when: datetime) -> float:
         """Seconds until ``when`` by the provider's clock (its offset measured and cached;
@@ -175,9 +160,8 @@ def wait_checked(
                 until = None
                 if result.expires_at is not None:
                     until = hub.seconds_until(provider, result.expires_at)
-                polls = hub.listener is None and not hub.self_notifying
                 jitter = random.uniform(*JITTER_S)
-                wake = wake_at(monotonic(), deadline, until, POLL_S if polls else None, jitter)
+                wake = wake_at(monotonic(), deadline, until, POLL_S if hub.polls else None, jitter)
                 if waiter.generation == hub.generation():
                     report_wait(observer, LeaseEventKind.WAITED, key, owner, result)
                     waiter.sleeping = True
