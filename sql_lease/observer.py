@@ -212,6 +212,24 @@ async def timed_statement(
     return rows
 
 
+def timed_call(
+    observer: LeaseObserver, backend: str, operation: str, run: Callable[[], list[Any]]
+) -> list[Any]:
+    """``run()`` (a blocking statement: rows), reported to ``observer`` as one `StatementEvent`
+    (the sync provider's `timed_statement`)."""
+    started = perf_counter()
+    try:
+        rows = run()
+    except BaseException as exc:
+        report_statement(
+            observer, StatementEvent(operation, backend, perf_counter() - started, exc)
+        )
+        raise
+    seconds = perf_counter() - started
+    report_statement(observer, StatementEvent(operation, backend, seconds, None, len(rows)))
+    return rows
+
+
 #: Errors a provider raises before touching its store: not statements, never reported.
 _BEFORE_IO = (LeaseTypeError, LeaseValueError, LeaseClosedError)
 

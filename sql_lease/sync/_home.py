@@ -7,7 +7,7 @@ import threading
 
 from .._sqlprovider.schema_home import home_of, renames
 from ..backends import Backend, SyncExecutor
-from ._catalogue import Statements, statements_of
+from ..catalogue import Catalogue
 
 __all__ = ["SyncHome"]
 
@@ -16,7 +16,7 @@ class SyncHome:
     """The sync provider's base: `_renamed` gives the text to send for a catalogue text."""
 
     _exec: SyncExecutor
-    _sql: Statements
+    _sql: Catalogue
     _table_name: str
     _timeout: float
 
@@ -46,7 +46,7 @@ class SyncHome:
                         self._timeout,
                     )
                     home = home_of(rows, self._table_name, operation)
-                    new = statements_of(self._backend.catalogue(self._table_name, None, home))
-                    renamed.update(renames(self._sql.catalogue, new.catalogue))
+                    new = self._backend.catalogue(self._table_name, None, home)
+                    renamed.update(renames(self._sql, new))
                     self._sql = new
         return renamed.get(sql, sql)
