@@ -31,6 +31,7 @@ __all__ = [
     "Step",
     "StepKind",
     "WaiterLines",
+    "advance",
     "wait_steps",
     "wake_at",
 ]
@@ -84,6 +85,15 @@ def wait_steps(deadline: float, clock: Callable[[], float], marks: bool) -> Step
         yield _SLEEP
         if (yield _ACQUIRE):
             return
+
+
+def advance(steps: Steps, answer: object) -> Step | None:
+    """The next step of ``steps`` after ``answer`` (the last step's), or None once the wait is
+    over (the last acquire's result is its outcome)."""
+    try:
+        return steps.send(answer)
+    except StopIteration:
+        return None
 
 
 def wake_at(

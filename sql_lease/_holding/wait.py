@@ -26,7 +26,7 @@ import random
 
 from .._core.contract import AcquireResult, LeaseProvider
 from .._core.validate import Millis, check_millis, check_name, check_ttl
-from .._core.waiting import JITTER_S, POLL_S, StepKind, wait_steps, wake_at
+from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
 from ..observer import LeaseEventKind, LeaseObserver, observer_of, report_wait
@@ -68,11 +68,7 @@ async def wait_checked(
     steps = wait_steps(deadline, loop.time, marks is not None)
     answer: object = None
     try:
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration:
-                return result, started
+        while (step := advance(steps, answer)) is not None:
             kind = step.kind
             if kind is StepKind.ACQUIRE:
                 started = loop.time()
@@ -92,6 +88,7 @@ async def wait_checked(
             else:
                 await _sleep(hub, waiter, provider, result, deadline, observer, owner)
                 answer = None
+        return result, started
     except BaseException:
         if waiter.reason == "notify" and waiter.event.is_set():
             hub.notify(key)  # we were woken but leave without acting on it: pass it on

@@ -15,17 +15,7 @@ from typing import Any, Self
 
 from sqlalchemy.engine import URL, Engine
 
-from .._core.calls import (
-    key_owner,
-    list_args,
-    purge_args,
-    purge_rounds,
-    renew_args,
-    renew_chunks,
-    renewed_in_order,
-    transfer_args,
-    want_args,
-)
+from .._core import calls
 from .._core.contention import ContentionHints
 from .._core.contract import AcquireResult, Lease
 from .._core.provider_args import (
@@ -234,7 +224,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     # -- the contract --------------------------------------------------------------------
 
     def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
-        k, o = key_owner(key, owner)
+        k, o = calls.key_owner(key, owner)
         ttl = check_ttl(ttl_ms)
         catalogue = self._sql
         started = monotonic()
@@ -286,20 +276,20 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         """Release; the `Released` fence and database time it took effect, or None when it
         was a no-op (as the async provider's ``release``)."""
         statement = self._sql.release
-        rows = self._run("release_lease", True, statement.sql, key_owner(key, owner))
+        rows = self._run("release_lease", True, statement.sql, calls.key_owner(key, owner))
         return statement.decode(rows[0]) if rows else None
 
     def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """Renew; the `Renewal` (fence, new expiry), or None when the lease was not held."""
         statement = self._sql.renew
-        args = (*key_owner(key, owner), check_ttl(ttl_ms))
+        args = (*calls.key_owner(key, owner), check_ttl(ttl_ms))
         rows = self._run("renew_lease", True, statement.sql, args)
         return statement.decode(rows[0]) if rows else None
 
     def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> Renewal | None:
         """Transfer; the new owner's `Renewal` (fence, expiry), or None when it was not held."""
         statement = self._sql.transfer
-        args = transfer_args(key, from_owner, to_owner, ttl_ms)
+        args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
         rows = self._run("transfer_lease", True, statement.sql, args)
         return statement.decode(rows[0]) if rows else None
 
@@ -312,11 +302,11 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     def renew_many(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[Renewal | None]:
         """`renew_leases` returning the `Renewal` (fence, new expiry) per renewed item, None
         per lost one."""
-        pairs, ttl = renew_args(items, ttl_ms)
+        pairs, ttl = calls.renew_args(items, ttl_ms)
         rows: Rows = []
-        for sql, args in renew_chunks(self._sql, pairs, ttl):
+        for sql, args in calls.renew_chunks(self._sql, pairs, ttl):
             rows += self._run("renew_leases", True, sql, args)
-        return renewed_in_order(self._sql, rows, pairs)
+        return calls.renewed_in_order(self._sql, rows, pairs)
 
     def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -333,7 +323,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     ) -> list[Lease]:
         """Live leases in key order, optionally by key prefix; page with ``after``."""
         statement = self._sql.list_live
-        rows = self._run("list_leases", False, statement.sql, list_args(prefix, limit, after))
+        rows = self._run("list_leases", False, statement.sql, calls.list_args(prefix, limit, after))
         return [statement.decode(row) for row in rows]
 
     def purge_expired(
@@ -344,8 +334,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         max_batches: int | None = None,
     ) -> int:
         """Delete rows expired for at least ``min_age_ms``, in short batches; how many."""
-        age, batch, batches = purge_args(min_age_ms, batch_size, max_batches)
-        rounds = purge_rounds(batch, batches)
+        age, batch, batches = calls.purge_args(min_age_ms, batch_size, max_batches)
+        rounds = calls.purge_rounds(batch, batches)
         sql = self._sql.purge_batch.sql
         try:
             next(rounds)
@@ -358,7 +348,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
         """Mark ``key`` wanted for ``wait_ms`` (its release then notifies); its live `Holder`,
         or None if free (as the async provider's ``mark_wanted``)."""
-        args = want_args(key, wait_ms)
+        args = calls.want_args(key, wait_ms)
         statement = self._sql.want
         rows = self._run("want", True, statement.sql, args)
         return decode_row(statement, rows[0], args[0]) if rows else None

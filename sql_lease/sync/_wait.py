@@ -26,6 +26,7 @@ from .._core.waiting import (
     POLL_S,
     HubBase,
     StepKind,
+    advance,
     wait_steps,
     wake_at,
 )
@@ -137,11 +138,7 @@ def wait_checked(
     steps = wait_steps(deadline, monotonic, marking is not None)
     answer: object = None
     try:
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration:
-                return result, started
+        while (step := advance(steps, answer)) is not None:
             kind = step.kind
             if kind is StepKind.ACQUIRE:
                 started = monotonic()
@@ -173,6 +170,7 @@ def wait_checked(
                     if waiter.reason == "reconnect":
                         time.sleep(random.uniform(*JITTER_S))
                 answer = None
+        return result, started
     except BaseException:
         if waiter.reason == "notify" and waiter.event.is_set():
             hub.notify(key)  # woken but leaving without acting on it: pass it on
