@@ -115,9 +115,14 @@ def test_held_leases_are_counted_up_and_down_and_losses_counted(
     assert otel.value("sql_lease.lease.lost") == 0
 
     lost = _key()
-    with pytest.raises(LeaseLost), observed.hold(lost, "me", 3_000, renew_every_ms=50) as lease:
-        assert observed.force_release(lost)
-        assert lease.wait_lost(30)
+
+    def body() -> None:
+        with observed.hold(lost, "me", 3_000, renew_every_ms=50) as lease:
+            assert observed.force_release(lost)
+            assert lease.wait_lost(30)
+
+    with pytest.raises(LeaseLost):
+        body()
     assert otel.value("sql_lease.lease.lost") == 1
     assert otel.value("sql_lease.leases.held") == 0
     assert otel.durations()[(SYSTEMS[backend[0]], "renew_leases", None)] >= 1
@@ -134,8 +139,8 @@ def test_a_recording_observer_sees_statements_and_the_lease_events_of_a_hold(
             eventually(lambda: lease.renewals >= 1, "a renewal")
             lease.transfer_to("next")
         provider.release_lease(key, "next")
+        provider.close()
         with pytest.raises(LeaseClosedError):
-            provider.close()
             provider.get_lease_owner(key)
     kinds = recorder.kinds()
     assert kinds[0] is LeaseEventKind.ACQUIRED
