@@ -20,23 +20,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict
+from typing import Any, Final, Protocol, TypedDict, runtime_checkable
 
 from ..capabilities import Renewal
 from ..errors import LeaseValueError
+from .contract import AcquireResult
 from .validate import Millis, check_millis, check_name, check_ttl
 
 __all__ = [
     "BACKOFF_FIRST",
     "GONE",
+    "CheckedCalls",
     "HoldKeywords",
     "HoldTerms",
+    "SyncCheckedCalls",
     "Ticket",
     "due_groups",
     "fence_moved",
     "hold_terms",
     "keyword_terms",
     "renew_interval",
+    "wait_terms",
 ]
 
 BACKOFF_FIRST: Final = 0.05  # seconds before the first retry of a failed renewal (doubles)
@@ -46,13 +50,46 @@ GONE: Final = "a renewal found it gone (expired, taken over or force-released)"
 
 @dataclass(frozen=True, slots=True)
 class HoldTerms:
-    """A hold's arguments, checked (`hold_terms`): TTL, renewal period and wait in ms."""
+    """A hold's arguments, checked (`hold_terms`): key and owner with their stored forms
+    (``k``, ``o``), TTL, renewal period and wait in ms. A plain wait's are a hold's without a
+    renewal period (0: `wait_terms`)."""
 
     key: str
     owner: str
+    k: bytes
+    o: bytes
     ttl_ms: int
     renew_every_ms: int
     wait_ms: int
+
+
+@runtime_checkable
+class CheckedCalls(Protocol):
+    """A provider (ours) that takes a hold's checked values as they are: its inner acquire and
+    its renewal ticks check nothing again. Others get the public calls."""
+
+    async def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with checked values (``k``, ``o``: stored forms)."""
+        ...
+
+    async def _renew_checked(
+        self, pairs: list[tuple[bytes, bytes]], ttl: int
+    ) -> list[Renewal | None]:
+        """`renew_many` with checked values."""
+        ...
+
+
+@runtime_checkable
+class SyncCheckedCalls(Protocol):
+    """`CheckedCalls` of a sync provider."""
+
+    def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with checked values (``k``, ``o``: stored forms)."""
+        ...
+
+    def _renew_checked(self, pairs: list[tuple[bytes, bytes]], ttl: int) -> list[Renewal | None]:
+        """`renew_many` with checked values."""
+        ...
 
 
 class HoldKeywords(TypedDict, total=False):
@@ -98,11 +135,17 @@ def hold_terms(
     key: str, owner: str, ttl_ms: Millis, renew_every_ms: Millis | None, wait_ms: Millis
 ) -> HoldTerms:
     """A hold's arguments checked, once (the async and sync holds alike)."""
-    check_name("key", key)
-    check_name("owner", owner)
+    k, o = check_name("key", key), check_name("owner", owner)
     ttl = check_ttl(ttl_ms)
     every = renew_interval(ttl, renew_every_ms)
-    return HoldTerms(key, owner, ttl, every, check_millis("wait_ms", wait_ms))
+    return HoldTerms(key, owner, k, o, ttl, every, check_millis("wait_ms", wait_ms))
+
+
+def wait_terms(key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis) -> HoldTerms:
+    """A plain wait's arguments (``wait_for_lease``) checked, once."""
+    k, o = check_name("key", key), check_name("owner", owner)
+    ttl = check_ttl(ttl_ms)
+    return HoldTerms(key, owner, k, o, ttl, 0, check_millis("timeout_ms", timeout_ms))
 
 
 def fence_moved(held: int | None, renewal: Renewal | None) -> str | None:
@@ -136,7 +179,9 @@ class Ticket:
         "fence",
         "gone",
         "interval",
+        "k",
         "key",
+        "o",
         "owner",
         "renewed",
         "ttl_ms",
@@ -152,6 +197,7 @@ class Ticket:
         gone: Callable[[str], None],
     ) -> None:
         self.key, self.owner, self.ttl_ms = terms.key, terms.owner, terms.ttl_ms
+        self.k, self.o = terms.k, terms.o  # stored forms, for `CheckedCalls`
         self.ttl_s = terms.ttl_ms / 1000
         self.interval = terms.renew_every_ms / 1000
         self.due = 0.0

@@ -35,7 +35,7 @@ from .hooks import Hooks, in_background
 from .keeper import Keeper
 from .record import HoldRecord, HoldState
 from .runtime import runtime_of
-from .wait import wait_checked
+from .wait import acquirer, wait_checked
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
 
@@ -107,6 +107,7 @@ class HeldLease(HoldRecord):
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
         self._hooks: Hooks[HeldLease] = Hooks(key, {**hooks, "on_released": on_released})
         self._start_record(terms, provider)
+        self._terms = terms
         self._provider = provider
         self._runtime = runtime_of(provider)
         self._cancel_on_loss = cancel_on_loss
@@ -229,11 +230,9 @@ class HeldLease(HoldRecord):
     async def _acquire(self, loop: asyncio.AbstractEventLoop) -> tuple[AcquireResult, float]:
         try:
             if self._wait_ms:
-                return await wait_checked(
-                    self._provider, self.key, self.owner, self.ttl_ms, self._wait_ms
-                )
+                return await wait_checked(self._provider, self._terms)
             started = loop.time()
-            return await self._provider.acquire_lease(self.key, self.owner, self.ttl_ms), started
+            return await acquirer(self._provider, self._terms)(), started
         except BaseException as exc:
             self._state = HoldState.EXITED
             if isinstance(exc, asyncio.CancelledError) or (

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .._core.contract import LeaseProvider
-from .._core.policy import Ticket, due_groups
+from .._core.policy import CheckedCalls, Ticket, due_groups
 from ..capabilities import BatchRenewal, Renewal
 from ..errors import LeaseClosedError, LeaseDatabaseError
 
@@ -41,9 +41,15 @@ class BoolBatchRenewal(Protocol):
 
 
 async def renew_batch(
-    provider: LeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
+    provider: LeaseProvider, tickets: Sequence[Ticket], ttl: int
 ) -> list[Outcome]:
-    """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
+    """Renew ``tickets`` with ``ttl`` in as few statements as the provider allows (their
+    values checked once, when held: `CheckedCalls` takes them as they are)."""
+    if isinstance(provider, CheckedCalls) and "renew_many" not in vars(provider):
+        # (an instance-level renew_many, a wrapper someone put there, is honoured)
+        checked = await provider._renew_checked([(t.k, t.o) for t in tickets], ttl)
+        return [(r is not None, r) for r in checked]
+    pairs = [(t.key, t.owner) for t in tickets]
     if isinstance(provider, BatchRenewal):
         renewed = await provider.renew_many(pairs, ttl)
         return [(r is not None, r) for r in renewed]
@@ -160,7 +166,7 @@ class Renewer:
         started = loop.time()
         self.statements += 1
         try:
-            outcomes = await renew_batch(provider, [(t.key, t.owner) for t in tickets], ttl)
+            outcomes = await renew_batch(provider, tickets, ttl)
         except LeaseClosedError:
             for ticket in tickets:
                 ticket.gone("its provider was closed")

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from .._core.contract import AcquireResult, LeaseProvider
-from .._core.validate import Millis, check_millis, check_name, check_ttl
+from .._core.policy import CheckedCalls, HoldTerms, wait_terms
+from .._core.validate import Millis
 from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
@@ -33,7 +36,7 @@ from ..observer import LeaseEventKind, LeaseObserver, observer_of, report_wait
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
-__all__ = ["POLL_S", "hub_for", "wait_checked", "wait_for", "wait_for_lease"]
+__all__ = ["POLL_S", "acquirer", "hub_for", "wait_checked", "wait_for", "wait_for_lease"]
 
 
 def hub_for(provider: LeaseProvider) -> Hub:
@@ -41,24 +44,30 @@ def hub_for(provider: LeaseProvider) -> Hub:
     return runtime_of(provider).hub
 
 
+def acquirer(provider: LeaseProvider, terms: HoldTerms) -> Callable[[], Awaitable[AcquireResult]]:
+    """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
+    others get ``acquire_lease``."""
+    if isinstance(provider, CheckedCalls):
+        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
+    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+
+
 async def wait_for(
     provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the loop time at which the last acquire started."""
-    check_name("key", key)
-    check_name("owner", owner)
-    ttl = check_ttl(ttl_ms)
-    return await wait_checked(provider, key, owner, ttl, check_millis("timeout_ms", timeout_ms))
+    return await wait_checked(provider, wait_terms(key, owner, ttl_ms, timeout_ms))
 
 
-async def wait_checked(
-    provider: LeaseProvider, key: str, owner: str, ttl: int, timeout_ms: int
-) -> tuple[AcquireResult, float]:
-    """`wait_for` with arguments checked already (a hold's: checked once, not again here)."""
+async def wait_checked(provider: LeaseProvider, terms: HoldTerms) -> tuple[AcquireResult, float]:
+    """`wait_for` with arguments checked already (a hold's: checked once, not again here);
+    ``terms.wait_ms`` is the timeout."""
+    key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
+    acquire = acquirer(provider, terms)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     started = loop.time()
-    result = await provider.acquire_lease(key, owner, ttl)
+    result = await acquire()
     if result.acquired or timeout_ms == 0:
         return result, started
     hub = hub_for(provider)
@@ -72,7 +81,7 @@ async def wait_checked(
             kind = step.kind
             if kind is StepKind.ACQUIRE:
                 started = loop.time()
-                result = await provider.acquire_lease(key, owner, ttl)
+                result = await acquire()
                 answer = result.acquired
             elif kind is StepKind.MARK:
                 assert marks is not None

@@ -69,6 +69,13 @@ class SqlExtensions(CoalescedCalls):
     ) -> list[Renewal | None]:
         """Renew many ``(key, owner)`` leases; per item its `Renewal`, or None when not held."""
         pairs, ttl = renew_args(items, ttl_ms)
+        return await self._renew_checked(pairs, ttl)
+
+    async def _renew_checked(
+        self, pairs: list[tuple[bytes, bytes]], ttl: int
+    ) -> list[Renewal | None]:
+        """`renew_many` with its arguments checked; a renewal tick's come here directly
+        (`sql_lease._core.policy.CheckedCalls`)."""
         if not pairs:
             if self._closed:
                 raise self._closed_error("renew_leases")

@@ -253,7 +253,11 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         (then only the expiry moves; the fence stays); else report the live holder."""
         k = check_name("key", key)
         o = check_name("owner", owner)
-        ttl = check_ttl(ttl_ms)
+        return await self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+
+    async def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
+        checked values come here directly (`sql_lease._core.policy.CheckedCalls`)."""
         sql = self._sql
         hints = self._hints
         started = monotonic()

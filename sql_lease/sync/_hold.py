@@ -26,6 +26,7 @@ from ..errors import LeaseDatabaseError, LeaseNotAcquired
 from ..observer import LeaseEventKind
 from ._capabilities import SyncLeaseProvider
 from ._runtime import Lifecycle
+from ._wait import acquirer
 
 __all__ = ["HeldLease", "LeaseHook"]
 
@@ -65,6 +66,7 @@ class HeldLease(HoldRecord):
         hooks = {name: options.get(name) for name in HOOK_NAMES}
         self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
         self._start_record(terms, provider)
+        self._terms = terms
         self._provider = provider
         self._life = lifecycle
         self.lost = threading.Event()
@@ -128,11 +130,9 @@ class HeldLease(HoldRecord):
         try:
             started = monotonic()
             if self._wait_ms:
-                result, started = self._life.wait_checked(
-                    provider, self.key, self.owner, self.ttl_ms, self._wait_ms
-                )
+                result, started = self._life.wait_checked(provider, self._terms)
             else:
-                result = provider.acquire_lease(self.key, self.owner, self.ttl_ms)
+                result = acquirer(provider, self._terms)()
         except BaseException as exc:
             self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)

@@ -225,7 +225,11 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
 
     def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
         k, o = calls.key_owner(key, owner)
-        ttl = check_ttl(ttl_ms)
+        return self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+
+    def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
+        checked values come here directly (`sql_lease._core.policy.SyncCheckedCalls`)."""
         catalogue = self._sql
         started = monotonic()
         within: tuple[float, ...] = ()
@@ -303,6 +307,10 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         """`renew_leases` returning the `Renewal` (fence, new expiry) per renewed item, None
         per lost one."""
         pairs, ttl = calls.renew_args(items, ttl_ms)
+        return self._renew_checked(pairs, ttl)
+
+    def _renew_checked(self, pairs: list[tuple[bytes, bytes]], ttl: int) -> list[Renewal | None]:
+        """`renew_many` with its arguments checked; a renewal tick's come here directly."""
         rows: Rows = []
         for sql, args in calls.renew_chunks(self._sql, pairs, ttl):
             rows += self._run("renew_leases", True, sql, args)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from time import monotonic
 
-from .._core.policy import Ticket, due_groups
+from .._core.policy import SyncCheckedCalls, Ticket, due_groups
 from ..capabilities import Renewal
 from ..errors import LeaseDatabaseError
 from ._capabilities import SyncBatchRenewal, SyncBoolBatchRenewal, SyncLeaseProvider
@@ -30,10 +30,14 @@ logger = logging.getLogger("sql_lease.hold")
 Outcome = tuple[bool, Renewal | None]
 
 
-def renew_batch(
-    provider: SyncLeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
-) -> list[Outcome]:
-    """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
+def renew_batch(provider: SyncLeaseProvider, tickets: Sequence[Ticket], ttl: int) -> list[Outcome]:
+    """Renew ``tickets`` with ``ttl`` in as few statements as the provider allows (their
+    values checked once, when held: `SyncCheckedCalls` takes them as they are)."""
+    if isinstance(provider, SyncCheckedCalls) and "renew_many" not in vars(provider):
+        # (an instance-level renew_many, a wrapper someone put there, is honoured)
+        checked = provider._renew_checked([(t.k, t.o) for t in tickets], ttl)
+        return [(r is not None, r) for r in checked]
+    pairs = [(t.key, t.owner) for t in tickets]
     if isinstance(provider, SyncBatchRenewal):
         renewed = provider.renew_many(pairs, ttl)
         return [(False, None) if r is None else (True, Renewal(*r)) for r in renewed]
@@ -124,7 +128,7 @@ class Renewer:
         started = monotonic()
         self.statements += 1
         try:
-            outcomes = renew_batch(self._provider, [(t.key, t.owner) for t in tickets], ttl)
+            outcomes = renew_batch(self._provider, tickets, ttl)
         except LeaseDatabaseError as exc:
             now = monotonic()
             for ticket in tickets:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from .._core.contract import AcquireResult
+from .._core.policy import HoldTerms
 from .._core.validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._capabilities import SyncLeaseProvider
@@ -52,10 +53,10 @@ class Lifecycle:
         return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
 
     def wait_checked(
-        self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: int, timeout_ms: int
+        self, provider: SyncLeaseProvider, terms: HoldTerms
     ) -> tuple[AcquireResult, float]:
         """`wait_for` with a hold's arguments, checked once already."""
-        return wait_checked(provider, self.hub, key, owner, ttl_ms, timeout_ms)
+        return wait_checked(provider, self.hub, terms)
 
     def close(self) -> None:
         """The provider closes: held leases count as lost (left to expire), listening ends."""

@@ -15,12 +15,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from time import monotonic
 from typing import Final
 
 from .._core.contract import AcquireResult
-from .._core.validate import Millis, check_millis, check_name, check_ttl
+from .._core.policy import HoldTerms, SyncCheckedCalls, wait_terms
+from .._core.validate import Millis
 from .._core.waiting import (
     JITTER_S,
     POLL_S,
@@ -106,29 +109,31 @@ def _wake(waiter: Waiter, reason: str) -> None:
     waiter.event.set()
 
 
+def acquirer(provider: SyncLeaseProvider, terms: HoldTerms) -> Callable[[], AcquireResult]:
+    """The acquire of checked ``terms``: our providers take them as they are
+    (`SyncCheckedCalls`), others get ``acquire_lease``."""
+    if isinstance(provider, SyncCheckedCalls):
+        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
+    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+
+
 def wait_for(
-    provider: SyncLeaseProvider,
-    hub: Hub,
-    key: str,
-    owner: str,
-    ttl_ms: Millis,
-    timeout_ms: Millis,
+    provider: SyncLeaseProvider, hub: Hub, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the `monotonic` time the last acquire started."""
-    check_name("key", key)
-    check_name("owner", owner)
-    ttl = check_ttl(ttl_ms)
-    timeout = check_millis("timeout_ms", timeout_ms)
-    return wait_checked(provider, hub, key, owner, ttl, timeout)
+    return wait_checked(provider, hub, wait_terms(key, owner, ttl_ms, timeout_ms))
 
 
 def wait_checked(
-    provider: SyncLeaseProvider, hub: Hub, key: str, owner: str, ttl: int, timeout_ms: int
+    provider: SyncLeaseProvider, hub: Hub, terms: HoldTerms
 ) -> tuple[AcquireResult, float]:
-    """`wait_for` with arguments checked already (a hold's: checked once, not again here)."""
+    """`wait_for` with arguments checked already (a hold's: checked once, not again here);
+    ``terms.wait_ms`` is the timeout."""
+    key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
+    acquire = acquirer(provider, terms)
     deadline = monotonic() + timeout_ms / 1000
     started = monotonic()
-    result = provider.acquire_lease(key, owner, ttl)
+    result = acquire()
     if result.acquired or timeout_ms == 0:
         return result, started
     waiter = Waiter(key)
@@ -142,7 +147,7 @@ def wait_checked(
             kind = step.kind
             if kind is StepKind.ACQUIRE:
                 started = monotonic()
-                result = provider.acquire_lease(key, owner, ttl)
+                result = acquire()
                 answer = result.acquired
             elif kind is StepKind.MARK:
                 assert marking is not None
