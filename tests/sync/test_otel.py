@@ -20,7 +20,7 @@ from sqlalchemy import create_engine
 
 from sql_lease import LeaseClosedError, LeaseEventKind, LeaseLost, LeaseTypeError, StatementEvent
 from sql_lease.otel import OpenTelemetryObserver
-from sql_lease.sync import SqlLeaseProvider
+from sql_lease.sync import InMemoryLeaseProvider, SqlLeaseProvider
 
 from .._observers import Recorder
 from ._events import eventually
@@ -191,3 +191,15 @@ def test_an_engine_provider_takes_an_observer_and_checks_it(sqlite_url: str) -> 
             SqlLeaseProvider.from_url(sqlite_url, observer=42)  # type: ignore[arg-type]
     finally:
         engine.dispose()
+
+
+def test_the_sync_in_memory_provider_reports_to_its_observer(otel: Telemetry) -> None:
+    provider = InMemoryLeaseProvider(observer=otel.observer)
+    assert provider.observer is otel.observer
+    with provider.hold("k", "me", 60_000):
+        assert otel.value("sql_lease.leases.held") == 1
+    assert otel.value("sql_lease.leases.held") == 0
+    counts = otel.durations()
+    assert counts[("memory", "acquire_lease", None)] == 1
+    assert counts[("memory", "release_lease", None)] == 1
+    provider.close()
