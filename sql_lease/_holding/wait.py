@@ -47,7 +47,8 @@ def hub_for(provider: LeaseProvider) -> Hub:
 def acquirer(provider: LeaseProvider, terms: HoldTerms) -> Callable[[], Awaitable[AcquireResult]]:
     """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
     others get ``acquire_lease``."""
-    if isinstance(provider, CheckedCalls):
+    if isinstance(provider, CheckedCalls) and "acquire_lease" not in vars(provider):
+        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
         return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
     return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
 

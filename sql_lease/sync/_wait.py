@@ -112,7 +112,8 @@ def _wake(waiter: Waiter, reason: str) -> None:
 def acquirer(provider: SyncLeaseProvider, terms: HoldTerms) -> Callable[[], AcquireResult]:
     """The acquire of checked ``terms``: our providers take them as they are
     (`SyncCheckedCalls`), others get ``acquire_lease``."""
-    if isinstance(provider, SyncCheckedCalls):
+    if isinstance(provider, SyncCheckedCalls) and "acquire_lease" not in vars(provider):
+        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
         return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
     return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
 
