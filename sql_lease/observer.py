@@ -21,9 +21,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import wraps
 from time import perf_counter
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from .errors import LeaseClosedError, LeaseTypeError, LeaseValueError
+
+if TYPE_CHECKING:
+    from ._core.contract import AcquireResult
 
 __all__ = ["LeaseEvent", "LeaseEventKind", "LeaseObserver", "StatementEvent"]
 
@@ -173,6 +176,22 @@ def report_lease_event(observer: LeaseObserver, event: LeaseEvent) -> None:
         _failed(observer, "on_lease_event")
 
 
+def report_wait(
+    observer: LeaseObserver | None,
+    kind: LeaseEventKind,
+    key: str,
+    owner: str,
+    result: AcquireResult,
+    reason: str | None = None,
+) -> None:
+    """A waiter's ``WAITED`` (detail: the holder of ``result``) or ``WOKE`` (detail: what woke
+    it, ``reason``, else the timer) event, for the async and sync waiters alike; nothing
+    without an observer."""
+    if observer is not None:
+        detail = result.owner if kind is LeaseEventKind.WAITED else (reason or "timer")
+        report_lease_event(observer, LeaseEvent(kind, key, owner, result.fence, detail))
+
+
 async def timed_statement(
     observer: LeaseObserver, backend: str, operation: str, statement: Awaitable[list[Any]]
 ) -> list[Any]:
@@ -190,6 +209,24 @@ async def timed_statement(
         observer.on_statement(StatementEvent(operation, backend, seconds, None, len(rows)))
     except Exception:
         _failed(observer, "on_statement")
+    return rows
+
+
+def timed_call(
+    observer: LeaseObserver, backend: str, operation: str, run: Callable[[], list[Any]]
+) -> list[Any]:
+    """``run()`` (a blocking statement: rows), reported to ``observer`` as one `StatementEvent`
+    (the sync provider's `timed_statement`)."""
+    started = perf_counter()
+    try:
+        rows = run()
+    except BaseException as exc:
+        report_statement(
+            observer, StatementEvent(operation, backend, perf_counter() - started, exc)
+        )
+        raise
+    seconds = perf_counter() - started
+    report_statement(observer, StatementEvent(operation, backend, seconds, None, len(rows)))
     return rows
 
 

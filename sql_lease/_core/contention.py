@@ -13,12 +13,20 @@ Both answers are linearizable on their own: a failed acquire takes effect at the
 snapshot, when that holder was live. The hint only picks which statement goes first, so a stale
 or missing hint costs a round trip at most, never correctness. Uncontended keys never get a hint
 and keep their single statement.
+
+What the rows of either statement answer is decided here too (`ContentionHints.answer`,
+`ContentionHints.seen_held`), the same for the async and the sync provider.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from time import monotonic
-from typing import Final
+from typing import Any, Final
+
+from ..capabilities import Holder
+from ..catalogue import AcquireRow, Statement, decode_row, name_of
+from .contract import AcquireResult
 
 __all__ = ["HINT_SECONDS", "MAX_HINTS", "ContentionHints"]
 
@@ -60,3 +68,38 @@ class ContentionHints:
     def free(self, key: bytes) -> None:
         """An acquire of ``key`` saw it free or held by its caller."""
         self._until.pop(key, None)
+
+    def seen_held(
+        self, rows: Sequence[Any], k: bytes, o: bytes, holder: Statement[Holder]
+    ) -> AcquireResult | None:
+        """What the ``holder`` statement's ``rows`` answer an acquire of ``k`` by ``o``: a
+        live other holder (the acquire failed; the key stays hinted), or None (free or the
+        caller's: run the acquire statement)."""
+        if rows and rows[0][0] != o:
+            self.held(k)
+            held = decode_row(holder, rows[0], k)
+            return AcquireResult(False, held.owner, held.fence, held.expires_at)
+        return None
+
+    def answer(
+        self,
+        rows: Sequence[Any],
+        k: bytes,
+        o: bytes,
+        owner: str,
+        decode: Any,
+    ) -> AcquireResult | None:
+        """What the acquire statement's ``rows`` answer ``owner`` (stored form ``o``) for key
+        ``k``: won, or held by another (``decode``: the statement's `AcquireRow` decoder);
+        None when neither (a concurrent writer committed after the statement's snapshot: run
+        it again, the next snapshot sees it)."""
+        for row in rows:
+            if row[0]:
+                self.free(k)
+                return AcquireResult(True, owner, row[1], row[2])
+        if rows and rows[0][3] != o:
+            self.held(k)
+            won: AcquireRow = decode(rows[0])
+            holder = "" if won.holder is None else name_of(bytes(won.holder), "owner", k)
+            return AcquireResult(False, holder, won.fence, won.expires_at)
+        return None

@@ -13,7 +13,6 @@ per provider (`_renewer`, through the provider's `_runtime`); waiting for a busy
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -21,21 +20,22 @@ from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
 from .._core.contract import AcquireResult, LeaseProvider
+from .._core.policy import hold_terms
 from .._core.validate import Millis
 from ..errors import (
     LeaseAlreadyHeld,
     LeaseClosedError,
     LeaseDatabaseError,
-    LeaseLost,
     LeaseNotAcquired,
     LeaseTypeError,
 )
-from ..observer import LeaseEvent, LeaseEventKind, observer_of, report_lease_event
+from ..observer import LeaseEventKind
 from .handoff import check_adoptable, check_transfer, transfer_settled
 from .hooks import Hooks, in_background
-from .keeper import Keeper, check_hold
+from .keeper import Keeper
+from .record import HoldRecord, HoldState
 from .runtime import runtime_of
-from .wait import wait_for
+from .wait import acquirer, wait_checked
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
 
@@ -43,16 +43,6 @@ logger = logging.getLogger("sql_lease.hold")
 
 #: A lifecycle callback: called with the `HeldLease`; may be sync or return an awaitable.
 LeaseHook = Callable[["HeldLease"], object]
-
-
-class _State(enum.Enum):
-    CREATED = "created"
-    ACQUIRING = "acquiring"
-    HELD = "held"
-    TRANSFERRING = "transferring"
-    LOST = "lost"
-    HANDED_OFF = "handed off"
-    EXITED = "exited"
 
 
 class HoldOptions(TypedDict, total=False):
@@ -66,7 +56,7 @@ class HoldOptions(TypedDict, total=False):
     on_released: LeaseHook | None
 
 
-class HeldLease:
+class HeldLease(HoldRecord):
     """A lease held for the duration of an ``async with`` block (single use).
 
     Entering acquires the key (waiting up to ``wait_ms`` for it, see `wait_for_lease`) or raises
@@ -111,24 +101,16 @@ class HeldLease:
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
     ) -> None:
-        ttl_ms, renew_every_ms, wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
+        terms = hold_terms(key, owner, ttl_ms, renew_every_ms, wait_ms)  # checked once
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
         self._hooks: Hooks[HeldLease] = Hooks(key, {**hooks, "on_released": on_released})
+        self._start_record(terms, provider)
+        self._terms = terms
         self._provider = provider
         self._runtime = runtime_of(provider)
-        self.key, self.owner, self.ttl_ms = key, owner, ttl_ms
-        self.renew_every_ms = renew_every_ms
-        self._wait_ms = wait_ms
         self._cancel_on_loss = cancel_on_loss
-        self.fence: int | None = None
-        self.expires_at: datetime | None = None
-        self.renewals = 0
-        self.renew_errors = 0
-        self.lost_reason: str | None = None
-        self.handed_to: str | None = None
-        self._state = _State.CREATED
         self._adopted: tuple[AcquireResult, float] | None = None
         self._ended = asyncio.Event()
         self._task: asyncio.Task[object] | None = None
@@ -136,16 +118,12 @@ class HeldLease:
         self._cancel_requested = False
         self._keeper = Keeper(
             lambda: self._runtime.renewer,
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms,
+            terms,
             renewed=self._renewed,
-            failed=self._renew_failed,
+            failed=self._count_failure,
             lost=self._lose,
         )
         self._claimed = False  # our (key, owner) is in the provider's claims
-        self._observer = observer_of(provider)
 
     @classmethod
     def adopt(
@@ -172,11 +150,6 @@ class HeldLease:
     # -- public ---------------------------------------------------------------------------
 
     @property
-    def held(self) -> bool:
-        """True while the lease is ours: acquired, not lost, not handed on, block not left."""
-        return self._state is _State.HELD
-
-    @property
     def lost(self) -> bool:
         """True once the lease was found lost (see ``lost_reason``)."""
         return self.lost_reason is not None
@@ -196,11 +169,9 @@ class HeldLease:
         a transfer that did happen counts as done.
         """
         ttl = check_transfer(self.owner, to_owner, ttl_ms, self.ttl_ms)
-        if self._state is not _State.HELD:
-            if self.lost:
-                raise self._lost_error()
-            raise RuntimeError(f"transfer_to needs a held lease, this one is {self._state.value}")
-        self._state = _State.TRANSFERRING
+        if self._state is not HoldState.HELD:
+            raise self._not_transferable()
+        self._state = HoldState.TRANSFERRING
         self._keeper.stop()
         try:
             await self._keeper.settle()
@@ -215,18 +186,15 @@ class HeldLease:
         if not done:
             self._mark_lost("it was no longer held when it was to be transferred")
             raise self._lost_error()
-        self.handed_to = to_owner
-        self._state = _State.HANDED_OFF
+        self._handed(to_owner)
         self._unclaim()  # the exit releases nothing: another hold of ours may take the key
         self._ended.set()
         self._runtime.freed(self.key)
-        logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
-        self._report(LeaseEventKind.TRANSFERRED, to_owner)
 
     # -- context manager ------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        if self._state is not _State.CREATED:
+        if self._state is not HoldState.CREATED:
             raise RuntimeError("a HeldLease can be entered only once")
         task = asyncio.current_task()
         if task is None:
@@ -234,28 +202,27 @@ class HeldLease:
         loop = asyncio.get_running_loop()
         self._task = task
         if not self._runtime.claim(self.key, self.owner):
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             raise LeaseAlreadyHeld(self.key, self.owner)
         self._claimed = True
-        self._state = _State.ACQUIRING
+        self._state = HoldState.ACQUIRING
         result, started = self._adopted or await self._acquire(loop)
         if not result.acquired:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._unclaim()
             raise LeaseNotAcquired(
                 self.key, self.owner, result.owner, result.fence, result.expires_at
             )
-        self.fence, self.expires_at = result.fence, result.expires_at
+        self._acquired(result.fence, result.expires_at)
         self._keeper.granted(started, result.fence)
         try:
             await self._hooks.call("on_acquired", self)
         except BaseException:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._release_in_background()
             raise
-        logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, self.fence)
         self._cancelling = task.cancelling()
-        self._state = _State.HELD
+        self._state = HoldState.HELD
         self._keeper.start()
         self._report(LeaseEventKind.ACQUIRED)
         return self
@@ -263,13 +230,11 @@ class HeldLease:
     async def _acquire(self, loop: asyncio.AbstractEventLoop) -> tuple[AcquireResult, float]:
         try:
             if self._wait_ms:
-                return await wait_for(
-                    self._provider, self.key, self.owner, self.ttl_ms, self._wait_ms
-                )
+                return await wait_checked(self._provider, self._terms)
             started = loop.time()
-            return await self._provider.acquire_lease(self.key, self.owner, self.ttl_ms), started
+            return await acquirer(self._provider, self._terms)(), started
         except BaseException as exc:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             if isinstance(exc, asyncio.CancelledError) or (
                 isinstance(exc, LeaseDatabaseError) and exc.outcome_unknown
             ):
@@ -285,8 +250,8 @@ class HeldLease:
         tb: TracebackType | None,
     ) -> None:
         self._keeper.stop()
-        if self._state in (_State.HELD, _State.TRANSFERRING):
-            self._state = _State.EXITED
+        if self._state in (HoldState.HELD, HoldState.TRANSFERRING):
+            self._state = HoldState.EXITED
         others = False
         if self._cancel_requested:
             assert self._task is not None
@@ -302,27 +267,14 @@ class HeldLease:
         if self.lost and ours:
             raise self._lost_error() from exc
 
-    def __repr__(self) -> str:
-        return (
-            f"HeldLease(key={self.key!r}, owner={self.owner!r}, fence={self.fence}, "
-            f"state={self._state.value})"
-        )
-
     # -- told by the keeper ---------------------------------------------------------------
 
     def _renewed(self, expires_at: datetime | None) -> None:
-        self.renewals += 1
-        if expires_at is not None:
-            self.expires_at = expires_at
-        self._report(LeaseEventKind.RENEWED)
+        self._count_renewal(expires_at)
         self._hooks.spawn("on_renewed", self)
 
-    def _renew_failed(self, exc: BaseException) -> None:
-        self.renew_errors += 1
-        self._report(LeaseEventKind.RENEW_FAILED, str(exc))
-
     def _lose(self, reason: str) -> None:
-        if self._state is not _State.HELD:
+        if self._state is not HoldState.HELD:
             return
         self._keeper.stop()
         self._mark_lost(reason)
@@ -333,24 +285,18 @@ class HeldLease:
     # -- internals ------------------------------------------------------------------------
 
     def _mark_lost(self, reason: str) -> None:
-        self._state = _State.LOST
+        self._state = HoldState.LOST
         self.lost_reason = reason
         self._ended.set()
-        logger.warning(
-            "lease %r of %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason
-        )
-        self._report(LeaseEventKind.LOST, reason)
+        self._log_loss(reason)
         self._hooks.spawn("on_lost", self)
-
-    def _lost_error(self) -> LeaseLost:
-        return LeaseLost(self.key, self.owner, self.fence, self.lost_reason or "lost")
 
     def _resume(self) -> bool:
         """Back to held and renewing after a failed transfer; False if it expired meanwhile."""
         if not self._keeper.resume():
             self._mark_lost("it expired while it was being transferred")
             return False
-        self._state = _State.HELD
+        self._state = HoldState.HELD
         return True
 
     async def _release(self) -> None:
@@ -375,25 +321,11 @@ class HeldLease:
                     self._report(LeaseEventKind.RELEASED, f"not released ({exc}); it expires")
             return
         except Exception as exc:
-            logger.warning(
-                "releasing lease %r of %r failed (%s); it expires on its own",
-                self.key,
-                self.owner,
-                exc,
-            )
-            if not quiet and not self.lost:
-                self._report(LeaseEventKind.RELEASED, f"release failed ({exc}); it expires")
+            self._release_failed(exc, quiet)
             return
         finally:
             self._unclaim()  # only now: an earlier claim could be released by this release
         self._runtime.freed(self.key)
         if not quiet:
-            logger.debug("lease %r released by %r", self.key, self.owner)
-            if not self.lost:  # a lost lease was counted out by its LOST event
-                self._report(LeaseEventKind.RELEASED)
+            self._released()
             await self._hooks.call("on_released", self)
-
-    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
-        if self._observer is not None:
-            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
-            report_lease_event(self._observer, event)

@@ -1,4 +1,5 @@
-"""Lifecycle hooks of a held lease, and the background tasks that outlive their caller."""
+"""Lifecycle hooks of a held lease (async and sync holds), and the background tasks that
+outlive their caller."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ class Hooks(Generic[T]):
             result = hook(subject)
             if inspect.isawaitable(result):
                 await result
+        except Exception:
+            logger.exception("%s hook of lease %r failed", name, self._label)
+
+    def call_now(self, name: str, subject: T) -> None:
+        """Call hook ``name`` with ``subject`` here, not awaiting what it returns (the sync
+        hold's hooks, in the calling or the renewal thread)."""
+        hook = self._hooks.get(name)
+        if hook is None:
+            return
+        try:
+            hook(subject)
         except Exception:
             logger.exception("%s hook of lease %r failed", name, self._label)
 

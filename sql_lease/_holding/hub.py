@@ -8,15 +8,13 @@ provider itself when it wakes its own waiters (``self_notifying``: the in-memory
 from __future__ import annotations
 
 import asyncio
-import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from .._core.contract import LeaseProvider
+from .._core.waiting import HubBase
 from ..capabilities import DatabaseClock, WakeupSource
 
 __all__ = ["Hub", "Waiter"]
-
-_OFFSET_MAX_AGE_S = 30.0  # how long a measured provider clock offset is trusted
 
 
 class Waiter:
@@ -33,8 +31,8 @@ class Waiter:
         self.sleeping = False
 
 
-class Hub:
-    """Waiters of one provider by key (a `WakeupSink`).
+class Hub(HubBase[Waiter, WakeupSource]):
+    """Waiters of one provider by key (a `WakeupSink`; see `HubBase`).
 
     ``listener`` is the provider's notification channel or None; ``self_notifying`` is True
     when the provider wakes a waiter itself on every release, transfer and force-release (then
@@ -43,88 +41,54 @@ class Hub:
     """
 
     def __init__(self, *, self_notifying: bool = False, ready_within: float = 5.0) -> None:
-        self._waiters: dict[str, list[Waiter]] = {}
-        self.listener: WakeupSource | None = None
-        self.self_notifying = self_notifying
+        super().__init__(self_notifying=self_notifying)
         self.ready_within = ready_within
         self.closed = False
-        self._offset: timedelta | None = None
-        self._offset_at = -math.inf
-
-    @property
-    def active(self) -> bool:
-        """True while anyone waits."""
-        return bool(self._waiters)
 
     def arm(self, waiter: Waiter) -> None:
         """Put ``waiter`` in line for its key with a cleared event."""
         waiter.event.clear()
         waiter.reason = None
-        line = self._waiters.setdefault(waiter.key, [])
-        if waiter not in line:
-            line.append(waiter)
+        self._lines.add(waiter)
 
     def remove(self, waiter: Waiter) -> None:
         """Take ``waiter`` out of line (it is done waiting)."""
-        line = self._waiters.get(waiter.key)
-        if line is not None and waiter in line:
-            line.remove(waiter)
-            if not line:
-                del self._waiters[waiter.key]
-        if not self._waiters and self.listener is not None:
+        self._lines.remove(waiter)
+        if not self._lines and self.listener is not None:
             self.listener.poke()
 
     def notify(self, key: str) -> None:
         """Wake the first waiter in line for ``key``."""
-        line = self._waiters.get(key)
-        if line:
-            waiter = line.pop(0)
-            if not line:
-                del self._waiters[key]
+        waiter = self._lines.first(key)
+        if waiter is not None:
             _wake(waiter, "notify")
 
     def wake_sleepers(self) -> None:
         """Wake every sleeping waiter (the listener reconnected: notifications may be lost)."""
-        for key in list(self._waiters):
-            line = self._waiters[key]
-            for waiter in [w for w in line if w.sleeping]:
-                line.remove(waiter)
-                _wake(waiter, "reconnect")
-            if not line:
-                del self._waiters[key]
+        for waiter in self._lines.sleepers():
+            _wake(waiter, "reconnect")
 
     def wake_all(self) -> None:
         """Wake every waiter, sleeping or not."""
-        waiters = [w for line in self._waiters.values() for w in line]
-        self._waiters.clear()
-        for waiter in waiters:
+        for waiter in self._lines.everyone():
             _wake(waiter, "closed")
 
     def sleeping(self, key: str) -> int:
         """How many waiters of ``key`` are asleep in line, waiting for a wake-up (diagnostics;
         tests wait on it instead of sleeping). With a listener, a waiter only sleeps once it
         tried to listen; ``listener.connected`` tells whether it is in place."""
-        return sum(waiter.sleeping for waiter in self._waiters.get(key, ()))
-
-    def generation(self) -> int:
-        """The current listener connection's number, or -1 when not listening."""
-        listener = self.listener
-        return listener.generation if listener is not None and listener.connected else -1
+        return self._lines.sleeping(key)
 
     async def seconds_until(self, provider: LeaseProvider, when: datetime) -> float:
         """Seconds until ``when`` by the provider's clock (its offset measured and cached; the
         local clock for a provider that is not a `DatabaseClock`)."""
-        loop = asyncio.get_running_loop()
-        if self._offset is None or loop.time() - self._offset_at > _OFFSET_MAX_AGE_S:
-            if isinstance(provider, DatabaseClock):
-                before = datetime.now(UTC)
-                theirs = await provider.now()
-                after = datetime.now(UTC)
-                self._offset = theirs - (before + (after - before) / 2)
-            else:
-                self._offset = timedelta(0)
-            self._offset_at = loop.time()
-        return (when - (datetime.now(UTC) + self._offset)).total_seconds()
+        clock = self._clock
+        now = asyncio.get_running_loop().time()
+        if clock.stale(now):
+            before = datetime.now(UTC)
+            theirs = await provider.now() if isinstance(provider, DatabaseClock) else None
+            clock.measured(now, before, theirs, datetime.now(UTC))
+        return clock.seconds_until(when, datetime.now(UTC))
 
 
 def _wake(waiter: Waiter, reason: str) -> None:

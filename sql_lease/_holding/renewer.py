@@ -5,8 +5,9 @@ least half of its renewal interval, so leases taken at different moments fall in
 share one statement per tick. A tick sends one statement per distinct TTL among the leases it
 renews (run concurrently): `BatchRenewal.renew_many` when the provider has it, else its
 ``renew_leases``, else one ``renew_lease`` per lease. The loop exists only while something is
-held. A renewer sees a lease only as a `Ticket` (what to renew, when, whom to tell), so it
-knows nothing of `HeldLease`; it refers to its provider through a callable, weakly for the
+held. A renewer sees a lease only as a `Ticket` (`sql_lease._core.policy`: what to renew,
+when, whom to tell, and the loss rule that judges each answer), so it knows nothing of
+`HeldLease`; it refers to its provider through a callable, weakly for the
 providers of others (see `sql_lease._holding.runtime`).
 """
 
@@ -18,10 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .._core.contract import LeaseProvider
+from .._core.policy import CheckedCalls, Ticket, due_groups
 from ..capabilities import BatchRenewal, Renewal
 from ..errors import LeaseClosedError, LeaseDatabaseError
 
-__all__ = ["BoolBatchRenewal", "Outcome", "Renewer", "Ticket", "renew_batch"]
+__all__ = ["BoolBatchRenewal", "Outcome", "Renewer", "Ticket", "renew_batch", "retry_later"]
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -39,9 +41,15 @@ class BoolBatchRenewal(Protocol):
 
 
 async def renew_batch(
-    provider: LeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
+    provider: LeaseProvider, tickets: Sequence[Ticket], ttl: int
 ) -> list[Outcome]:
-    """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
+    """Renew ``tickets`` with ``ttl`` in as few statements as the provider allows (their
+    values checked once, when held: `CheckedCalls` takes them as they are)."""
+    if isinstance(provider, CheckedCalls) and "renew_many" not in vars(provider):
+        # (an instance-level renew_many, a wrapper someone put there, is honoured)
+        checked = await provider._renew_checked([(t.k, t.o) for t in tickets], ttl)
+        return [(r is not None, r) for r in checked]
+    pairs = [(t.key, t.owner) for t in tickets]
     if isinstance(provider, BatchRenewal):
         renewed = await provider.renew_many(pairs, ttl)
         return [(r is not None, r) for r in renewed]
@@ -51,32 +59,19 @@ async def renew_batch(
     return [(bool(ok), None) for ok in oks]
 
 
-class Ticket:
-    """One lease as its renewer sees it.
-
-    ``due`` (event-loop time) is when it wants renewing next and ``interval`` its renewal
-    period in seconds; its owner moves ``due``. The renewer calls ``renewed(started,
-    renewal)`` after a successful renewal that started at ``started`` (``renewal`` None when
-    the provider reports no fence and expiry), ``failed(exc, now)``
-    after a database error (it is retried), and ``gone(reason)`` when it is no longer held.
-    """
-
-    __slots__ = ("due", "failed", "gone", "interval", "key", "owner", "renewed", "ttl_ms")
-
-    def __init__(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int,
-        interval: float,
-        *,
-        renewed: Callable[[float, Renewal | None], None],
-        failed: Callable[[BaseException, float], None],
-        gone: Callable[[str], None],
-    ) -> None:
-        self.key, self.owner, self.ttl_ms, self.interval = key, owner, ttl_ms, interval
-        self.due = 0.0
-        self.renewed, self.failed, self.gone = renewed, failed, gone
+def retry_later(ticket: Ticket, exc: BaseException, now: float) -> None:
+    """A renewal of ``ticket`` failed at ``now``: it is retried after the policy's backoff
+    (logged at WARNING the first time in a row, then at DEBUG). Shared with the sync hold."""
+    delay = ticket.backoff(now)
+    log = logger.warning if ticket.failures == 1 else logger.debug
+    log(
+        "renewing lease %r of %r failed (%s); retrying in %.0f ms, %.0f ms before it expires",
+        ticket.key,
+        ticket.owner,
+        exc,
+        delay * 1000,
+        max(0.0, ticket.deadline - now) * 1000,
+    )
 
 
 class Renewer:
@@ -149,10 +144,7 @@ class Renewer:
                         pass
                     self._sleep_until = float("inf")
                     continue
-                groups: dict[int, list[Ticket]] = {}
-                for ticket in self._tickets:
-                    if ticket.due - ticket.interval / 2 <= now:
-                        groups.setdefault(ticket.ttl_ms, []).append(ticket)
+                groups = due_groups(self._tickets, now)
                 self.ticks += 1
                 self._batch_tickets = {ticket for group in groups.values() for ticket in group}
                 self._batch = asyncio.gather(
@@ -174,7 +166,7 @@ class Renewer:
         started = loop.time()
         self.statements += 1
         try:
-            outcomes = await renew_batch(provider, [(t.key, t.owner) for t in tickets], ttl)
+            outcomes = await renew_batch(provider, tickets, ttl)
         except LeaseClosedError:
             for ticket in tickets:
                 ticket.gone("its provider was closed")
@@ -193,7 +185,8 @@ class Renewer:
         for ticket, (held, renewal) in zip(tickets, outcomes, strict=True):
             if ticket not in self._tickets:
                 continue  # released, transferred or lost meanwhile
-            if held:
+            reason = ticket.judge(held, renewal)
+            if reason is None:
                 ticket.renewed(started, renewal)
             else:
-                ticket.gone("a renewal found it gone (expired, taken over or force-released)")
+                ticket.gone(reason)

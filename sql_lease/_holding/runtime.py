@@ -83,7 +83,7 @@ class LeaseRuntime:
         """This process released or handed on ``key``: wake a local waiter of it, unless the
         provider's notification channel (or the provider itself) does."""
         hub = self._hub
-        if hub is not None and hub.listener is None and not hub.self_notifying:
+        if hub is not None and hub.polls:
             hub.notify(key)
 
     def wake(self, key: str) -> None:

@@ -14,27 +14,29 @@ one local waiter of the key (the first in line), not all of them; the expiry re-
 jittered. A provider that wakes its own waiters (in memory) is never polled. Others (SQLite,
 providers without notifications) are re-checked every `POLL_S` seconds, and releases made
 through `hold` in this process wake a waiter at once.
+
+The loop itself is `sql_lease._core.waiting.wait_steps`, shared with the sync API; this module
+performs its steps with asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from .._core.contract import AcquireResult, LeaseProvider
-from .._core.validate import Millis, check_millis, check_name, check_ttl
+from .._core.policy import CheckedCalls, HoldTerms, wait_terms
+from .._core.validate import Millis
+from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
-from ..observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
+from ..observer import LeaseEventKind, LeaseObserver, observer_of, report_wait
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
-__all__ = ["POLL_S", "hub_for", "wait_for", "wait_for_lease"]
-
-#: Re-check interval for providers that cannot notify (SQLite), in seconds.
-POLL_S = 0.05
-_JITTER_S = (0.005, 0.05)  # added to expiry re-checks and reconnect wake-ups
+__all__ = ["POLL_S", "acquirer", "hub_for", "wait_checked", "wait_for", "wait_for_lease"]
 
 
 def hub_for(provider: LeaseProvider) -> Hub:
@@ -42,60 +44,67 @@ def hub_for(provider: LeaseProvider) -> Hub:
     return runtime_of(provider).hub
 
 
+def acquirer(provider: LeaseProvider, terms: HoldTerms) -> Callable[[], Awaitable[AcquireResult]]:
+    """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
+    others get ``acquire_lease``."""
+    if isinstance(provider, CheckedCalls) and "acquire_lease" not in vars(provider):
+        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
+        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
+    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+
+
 async def wait_for(
     provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the loop time at which the last acquire started."""
-    check_name("key", key)
-    check_name("owner", owner)
-    ttl = check_ttl(ttl_ms)
-    timeout = check_millis("timeout_ms", timeout_ms)
+    return await wait_checked(provider, wait_terms(key, owner, ttl_ms, timeout_ms))
+
+
+async def wait_checked(provider: LeaseProvider, terms: HoldTerms) -> tuple[AcquireResult, float]:
+    """`wait_for` with arguments checked already (a hold's: checked once, not again here);
+    ``terms.wait_ms`` is the timeout."""
+    key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
+    acquire = acquirer(provider, terms)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout / 1000
+    deadline = loop.time() + timeout_ms / 1000
     started = loop.time()
-    result = await provider.acquire_lease(key, owner, ttl)
-    if result.acquired or timeout == 0:
+    result = await acquire()
+    if result.acquired or timeout_ms == 0:
         return result, started
     hub = hub_for(provider)
     marks = provider if isinstance(provider, WantMarking) else None
     observer = observer_of(provider)
     waiter = Waiter(key, loop)
+    steps = wait_steps(deadline, loop.time, marks is not None)
+    answer: object = None
     try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return result, started
-            wait_ms = max(1, math.ceil(remaining * 1000))
-            marked = None if marks is None else await marks.mark_wanted(key, wait_ms)
-            hub.arm(waiter)
-            if hub.listener is not None:
-                if hub.closed:  # closed meanwhile: do not start a listener again
-                    raise LeaseClosedError("wait_for_lease")
-                await hub.listener.ready(min(remaining, hub.ready_within))
-            waiter.generation = hub.generation()
-            started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
-            if result.acquired:
-                return result, started
-            # The key was free when it was marked, and someone took it since: mark the new
-            # holder's lease, or its release would notify nobody (and we would sleep until
-            # its expiry). Free again meanwhile: go round and acquire.
-            if (
-                marks is not None
-                and marked is None
-                and await marks.mark_wanted(key, wait_ms) is None
-            ):
-                continue
-            await _sleep(hub, waiter, provider, result, deadline, observer, owner)
-            started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
-            if result.acquired:
-                return result, started
+        while (step := advance(steps, answer)) is not None:
+            kind = step.kind
+            if kind is StepKind.ACQUIRE:
+                started = loop.time()
+                result = await acquire()
+                answer = result.acquired
+            elif kind is StepKind.MARK:
+                assert marks is not None
+                answer = await marks.mark_wanted(key, step.wait_ms)
+            elif kind is StepKind.LISTEN:
+                hub.arm(waiter)
+                if hub.listener is not None:
+                    if hub.closed:  # closed meanwhile: do not start a listener again
+                        raise LeaseClosedError("wait_for_lease")
+                    await hub.listener.ready(min(step.remaining, hub.ready_within))
+                waiter.generation = hub.generation()
+                answer = None
+            else:
+                await _sleep(hub, waiter, provider, result, deadline, observer, owner)
+                answer = None
+        return result, started
     except BaseException:
         if waiter.reason == "notify" and waiter.event.is_set():
             hub.notify(key)  # we were woken but leave without acting on it: pass it on
         raise
     finally:
+        steps.close()
         hub.remove(waiter)
 
 
@@ -110,33 +119,26 @@ async def _sleep(
 ) -> None:
     """Sleep until ``waiter`` is woken, the holder's expiry, the next poll or ``deadline``."""
     loop = asyncio.get_running_loop()
-    wake_at = deadline
+    until = None
     if result.expires_at is not None:
         until = await hub.seconds_until(provider, result.expires_at)
-        wake_at = min(wake_at, loop.time() + max(0.0, until) + random.uniform(*_JITTER_S))
-    if hub.listener is None and not hub.self_notifying:
-        wake_at = min(wake_at, loop.time() + POLL_S)
+    jitter = random.uniform(*JITTER_S)
+    wake = wake_at(loop.time(), deadline, until, POLL_S if hub.polls else None, jitter)
     # A reconnect since arming means notifications may have been missed: look again at once.
     if waiter.generation != hub.generation():
         return
-    key = waiter.key
-    if observer is not None:
-        waited = LeaseEvent(LeaseEventKind.WAITED, key, owner, result.fence, result.owner)
-        report_lease_event(observer, waited)
+    report_wait(observer, LeaseEventKind.WAITED, waiter.key, owner, result)
     waiter.sleeping = True
     try:
-        async with asyncio.timeout_at(wake_at):
+        async with asyncio.timeout_at(wake):
             await waiter.event.wait()
     except TimeoutError:
         pass
     finally:
         waiter.sleeping = False
-    if observer is not None:
-        why = waiter.reason or "timer"
-        woke = LeaseEvent(LeaseEventKind.WOKE, key, owner, result.fence, why)
-        report_lease_event(observer, woke)
+    report_wait(observer, LeaseEventKind.WOKE, waiter.key, owner, result, waiter.reason)
     if waiter.reason == "reconnect":
-        await asyncio.sleep(random.uniform(*_JITTER_S))
+        await asyncio.sleep(random.uniform(*JITTER_S))
 
 
 async def wait_for_lease(

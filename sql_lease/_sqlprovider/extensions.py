@@ -8,22 +8,25 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from .._core.contract import Lease
-from .._core.validate import (
-    Millis,
-    check_items,
-    check_limit,
-    check_millis,
-    check_name,
-    check_prefix,
-    check_ttl,
+from .._core.calls import (
+    key_owner,
+    list_args,
+    purge_args,
+    purge_rounds,
+    renew_args,
+    renew_chunks,
+    renewed_in_order,
+    transfer_args,
+    want_args,
 )
+from .._core.contract import Lease
+from .._core.validate import Millis, check_name, check_ttl
 from ..capabilities import Holder, Released, Renewal
 from ..catalogue import decode_row
 from .batch_senders import CoalescedCalls
 from .guard import guard
 
-__all__ = ["SqlExtensions", "key_owner", "transfer_args"]
+__all__ = ["SqlExtensions"]
 
 logger = logging.getLogger("sql_lease")
 
@@ -65,25 +68,22 @@ class SqlExtensions(CoalescedCalls):
         self, items: Iterable[tuple[str, str]], ttl_ms: Millis
     ) -> list[Renewal | None]:
         """Renew many ``(key, owner)`` leases; per item its `Renewal`, or None when not held."""
-        pairs = check_items(items)
-        ttl = check_ttl(ttl_ms)
+        pairs, ttl = renew_args(items, ttl_ms)
+        return await self._renew_checked(pairs, ttl)
+
+    async def _renew_checked(
+        self, pairs: list[tuple[bytes, bytes]], ttl: int
+    ) -> list[Renewal | None]:
+        """`renew_many` with its arguments checked; a renewal tick's come here directly
+        (`sql_lease._core.policy.CheckedCalls`)."""
         if not pairs:
             if self._closed:
                 raise self._closed_error("renew_leases")
             return []
-        # Duplicates would match one row twice; send each pair once and fan the answer out.
-        unique = list(dict.fromkeys(pairs))
-        renewed: dict[tuple[bytes, bytes], Renewal] = {}
-        catalogue = self._sql
-        step = catalogue.max_batch
-        for start in range(0, len(unique), step):
-            chunk = unique[start : start + step]
-            statement = catalogue.renew_many(len(chunk))
-            args = catalogue.renew_many_args(chunk, ttl)
-            for row in await self._run("renew_leases", True, statement.sql, args):
-                pair, renewal = statement.decode(row)
-                renewed[pair] = renewal
-        return [renewed.get(pair) for pair in pairs]
+        rows: list[Any] = []
+        for sql, args in renew_chunks(self._sql, pairs, ttl):
+            rows += await self._run("renew_leases", True, sql, args)
+        return renewed_in_order(self._sql, rows, pairs)
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -105,12 +105,9 @@ class SqlExtensions(CoalescedCalls):
 
         ``limit`` caps the page (1 to 10,000); pass the last key seen as ``after`` for the next.
         """
-        low, high = check_prefix(prefix)
-        count = check_limit(limit)
-        if after is not None:
-            low = max(low, check_name("after", after) + b"\0")
         statement = self._sql.list_live
-        rows = await self._run("list_leases", False, statement.sql, (low, high, count))
+        args = list_args(prefix, limit, after)
+        rows = await self._run("list_leases", False, statement.sql, args)
         return [statement.decode(row) for row in rows]
 
     async def purge_expired(
@@ -125,27 +122,23 @@ class SqlExtensions(CoalescedCalls):
         Each batch is its own short statement that skips locked rows, so purging never blocks
         lease traffic for long. Returns how many rows were deleted.
         """
-        age = check_millis("min_age_ms", min_age_ms)
-        batch = check_limit(batch_size, what="batch_size", most=100_000)
-        batches = None if max_batches is None else check_limit(max_batches, "max_batches", 10**9)
+        age, batch, batches = purge_args(min_age_ms, batch_size, max_batches)
         sql = self._sql.purge_batch.sql
-        total = 0
-        done = 0
-        while batches is None or done < batches:
-            deleted = len(await self._run("purge_expired", True, sql, (age, batch)))
-            total += deleted
-            done += 1
-            if deleted < batch:
-                break
-        return total
+        rounds = purge_rounds(batch, batches)
+        try:
+            next(rounds)
+            while True:
+                rounds.send(len(await self._run("purge_expired", True, sql, (age, batch))))
+        except StopIteration as end:
+            total: int = end.value
+            return total
 
     async def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
         """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
-        k = check_name("key", key)
-        wait = check_ttl(wait_ms)
+        args = want_args(key, wait_ms)
         statement = self._sql.want
-        rows = await self._run("want", True, statement.sql, (k, wait))
-        return decode_row(statement, rows[0], k) if rows else None
+        rows = await self._run("want", True, statement.sql, args)
+        return decode_row(statement, rows[0], args[0]) if rows else None
 
     # -- fencing inside the caller's transaction (sql_lease._sqlprovider.guard) ------------------
 
@@ -167,19 +160,3 @@ class SqlExtensions(CoalescedCalls):
         statement = self._sql.now
         rows = await self._run("now", False, statement.sql, ())
         return statement.decode(rows[0])
-
-
-def key_owner(key: str, owner: str) -> tuple[bytes, bytes]:
-    return check_name("key", key), check_name("owner", owner)
-
-
-def transfer_args(
-    key: str, from_owner: str, to_owner: str, ttl_ms: Millis
-) -> tuple[bytes, bytes, bytes, int]:
-    k = check_name("key", key)
-    return (
-        k,
-        check_name("from_owner", from_owner),
-        check_name("to_owner", to_owner),
-        check_ttl(ttl_ms),
-    )

@@ -11,7 +11,7 @@ owner, even if its lease would have expired meanwhile.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import TextClause, text
 from sqlalchemy.exc import DBAPIError
@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from ..backends import Dialect
     from ..catalogue import Catalogue
 
-__all__ = ["guard", "guard_arguments", "guard_clause", "guard_statement"]
+__all__ = [
+    "guard",
+    "guard_arguments",
+    "guard_clause",
+    "guard_failed",
+    "guard_passed",
+    "guard_prepared",
+    "guard_statement",
+]
 
 
 @lru_cache(maxsize=64)
@@ -52,6 +60,31 @@ def guard_statement(catalogue: Catalogue, dialect: str) -> str:
     return statement.sql
 
 
+def guard_prepared(
+    catalogue: Catalogue, conn: Any, kind: type[Any], what: str, key: str, fence: object
+) -> tuple[TextClause, dict[str, object]]:
+    """A guard's checks before any I/O (async and sync): ``conn`` is a ``kind`` (``what``, for
+    the message) on PostgreSQL; the statement and its bound values."""
+    k = guard_arguments(key, fence)
+    if not isinstance(conn, kind):
+        raise LeaseTypeError(f"conn must be {what}, not {type(conn).__name__}")
+    return guard_clause(guard_statement(catalogue, conn.dialect.name)), {"key": k, "fence": fence}
+
+
+def guard_failed(
+    backend: Dialect, exc: BaseException, conn: Any, catalogue: Catalogue
+) -> BaseException:
+    """The `LeaseError` a guard's database failure ``exc`` raises (translated by ``backend``)."""
+    where = redact(conn.engine.url)
+    return backend.translate(exc, operation="guard", where=where, sent=False, table=catalogue.table)
+
+
+def guard_passed(row: object, key: str, fence: int) -> None:
+    """`LeaseLost` unless the guard statement found the live row (``row``)."""
+    if row is None:
+        raise LeaseLost(key, None, fence, "the fence is not the live fence of the key")
+
+
 async def _autocommit(conn: AsyncConnection) -> bool:
     raw = await conn.get_raw_connection()
     return bool(getattr(raw.dbapi_connection, "autocommit", False))
@@ -67,20 +100,14 @@ async def guard(
     SERIALIZABLE a row changed since the snapshot is a serialization failure: retry the
     transaction. Needs PostgreSQL and a connection in a transaction (not AUTOCOMMIT).
     """
-    k = guard_arguments(key, fence)
-    if not isinstance(conn, AsyncConnection):
-        raise LeaseTypeError(f"conn must be an AsyncConnection, not {type(conn).__name__}")
-    sql = guard_statement(catalogue, conn.dialect.name)
-    table = catalogue.table
+    clause, values = guard_prepared(
+        catalogue, conn, AsyncConnection, "an AsyncConnection", key, fence
+    )
     try:
         if await _autocommit(conn):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        result = await conn.execute(guard_clause(sql), {"key": k, "fence": fence})
+        result = await conn.execute(clause, values)
         row = result.first()
     except DBAPIError as exc:
-        where = redact(conn.engine.url)
-        raise backend.translate(
-            exc, operation="guard", where=where, sent=False, table=table
-        ) from exc
-    if row is None:
-        raise LeaseLost(key, None, fence, "the fence is not the live fence of the key")
+        raise guard_failed(backend, exc, conn, catalogue) from exc
+    guard_passed(row, key, fence)

@@ -12,40 +12,38 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
+from .._core.calls import key_owner, transfer_args
 from .._core.contention import ContentionHints
 from .._core.contract import AcquireResult, Lease
 from .._core.deadlines import Deadlines
-from .._core.provider_args import check_pooler, check_seconds
-from .._core.validate import (
-    Millis,
-    check_identifier,
-    check_name,
-    check_ttl,
+from .._core.provider_args import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    ProviderSettings,
+    check_seconds,
+    check_url_options,
+    log_wake_ups,
 )
+from .._core.validate import Millis, check_identifier, check_name, check_ttl
 from .._holding.lifecycle import LeaseLifecycle
-from .._holding.wait import POLL_S
 from ..backends import Plan, PlanOptions, backend_for, backend_for_url
 from ..backends._urls import build_engine, normalize_url, redact
 from ..capabilities import WakeupSink, WakeupSource
-from ..catalogue import decode_row, name_of
+from ..catalogue import decode_row
 from ..errors import LeaseTypeError, LeaseValueError
 from ..observer import LeaseObserver, check_observer
 from ..schema import DEFAULT_TABLE
 from .batch_senders import Coalesce, check_coalesce
 from .connections import Connections
 from .execute import CANCEL_GRACE
-from .extensions import SqlExtensions, key_owner, transfer_args
+from .extensions import SqlExtensions
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 
-DEFAULT_TIMEOUT = 5.0
-DEFAULT_CONNECT_TIMEOUT = 5.0
-
 logger = logging.getLogger("sql_lease")
-_wait_logger = logging.getLogger("sql_lease.wait")
 
 
-class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
+class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
     """Leases stored in PostgreSQL (asyncpg) or SQLite (aiosqlite) through a SQLAlchemy
     `AsyncEngine`; the backend (`sql_lease.backends`) is picked from the engine's dialect.
 
@@ -163,30 +161,24 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server or
         through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
-        check_pooler(pooler, synchronous_commit)
-        if not isinstance(synchronous_commit, bool):
-            raise LeaseTypeError("synchronous_commit must be a bool")
-        check_observer(observer)
-        check_coalesce(coalesce)
+        checked = check_url_options(
+            table_name, schema, timeout, connect_timeout, synchronous_commit, pooler, observer
+        )
+        mode = check_coalesce(coalesce)
         parsed = normalize_url(url)
         listen_parsed = None if listen_url is None else normalize_url(listen_url)
-        seconds = check_seconds("timeout", timeout)
-        connect_seconds = check_seconds("connect_timeout", connect_timeout)
-        check_identifier("table_name", table_name)
-        if schema is not None:
-            check_identifier("schema", schema)
         given_args = dict(engine_kwargs.pop("connect_args", {}))
         backend = backend_for_url(parsed)
         if listen_parsed is not None and backend_for_url(listen_parsed) is not backend:
             raise LeaseValueError("listen_url must be a URL of the same database kind as url")
         options = PlanOptions(
-            timeout=seconds,
-            connect_timeout=connect_seconds,
-            synchronous_commit=synchronous_commit,
-            pooler=pooler,
-            connect_args=given_args,
-            engine_kwargs=engine_kwargs,
-            listen_url=listen_parsed,
+            checked.timeout,
+            checked.connect_timeout,
+            checked.synchronous_commit,
+            checked.pooler,
+            given_args,
+            engine_kwargs,
+            listen_parsed,
         )
         plan = backend.plan(parsed, options)
         listen_engine = None
@@ -202,7 +194,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
             engine,
             table_name,
             schema,
-            (seconds, check_observer(observer), check_coalesce(coalesce)),
+            (checked.timeout, checked.observer, mode),
             plan,
             listen_engine,
         )
@@ -212,24 +204,6 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
     def engine(self) -> AsyncEngine:
         """The engine this provider runs on."""
         return self._engine
-
-    @property
-    def table_name(self) -> str:
-        return self._table_name
-
-    @property
-    def schema(self) -> str | None:
-        return self._schema
-
-    @property
-    def timeout(self) -> float:
-        """Seconds that bound each call end to end."""
-        return self._timeout
-
-    @property
-    def observer(self) -> LeaseObserver | None:
-        """The observer given at construction, or None."""
-        return self._observer
 
     async def aclose(self) -> None:
         """Close the provider; idempotent. Every later call raises `LeaseClosedError`.
@@ -280,7 +254,11 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         (then only the expiry moves; the fence stays); else report the live holder."""
         k = check_name("key", key)
         o = check_name("owner", owner)
-        ttl = check_ttl(ttl_ms)
+        return await self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+
+    async def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
+        checked values come here directly (`sql_lease._core.policy.CheckedCalls`)."""
         sql = self._sql
         hints = self._hints
         started = monotonic()
@@ -295,11 +273,10 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                     reads.leave()
             else:
                 rows = await self._queued(reads, "acquire_lease", False, (k,))
-            if rows and rows[0][0] != o:
-                hints.held(k)
+            held = hints.seen_held(rows, k, o, sql.holder)
+            if held is not None:
                 self.acquire_reads += 1
-                holder = decode_row(sql.holder, rows[0], k)
-                return AcquireResult(False, holder.owner, holder.fence, holder.expires_at)
+                return held
             seconds = self._left(started)
         decode = sql.acquire.decode
         acquires = self._acquires
@@ -313,23 +290,13 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
                     acquires.leave()
             else:
                 rows = await self._queued(acquires, "acquire_lease", True, (k, o, ttl), seconds)
-            for row in rows:
-                if row[0]:
-                    hints.free(k)
-                    return AcquireResult(True, owner, row[1], row[2])
-            if rows and rows[0][3] != o:
-                hints.held(k)
-                won = decode(rows[0])
-                holder_name = "" if won.holder is None else name_of(won.holder, "owner", k)
-                return AcquireResult(False, holder_name, won.fence, won.expires_at)
+            answer = hints.answer(rows, k, o, owner, decode)
+            if answer is not None:
+                return answer
             # A concurrent writer committed after this statement's snapshot: neither won nor
             # saw the winner. Run again; the next snapshot sees it.
             self.acquire_reruns += 1
             seconds = self._left(started)
-
-    def _left(self, started: float) -> float:
-        """Seconds left of a call's timeout that started at ``started`` (`monotonic`)."""
-        return self._timeout - (monotonic() - started)
 
     async def get_lease_owner(self, key: str) -> str | None:
         """The owner of the live lease of ``key``, or None if it is absent or expired."""
@@ -398,15 +365,11 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
         """The backend's notification channel feeding ``sink`` (a LISTEN connection on
         PostgreSQL, on ``listen_url`` when given); None on SQLite and behind a transaction
         pooler without ``listen_url`` (waiters poll: LISTEN needs a session)."""
-        if self._listen_engine is not None:
-            _wait_logger.info(
-                "waiters listen for notifications on %s", redact(self._listen_engine.url)
-            )
-            pool = self._listen_engine.sync_engine.pool
+        listen = self._listen_engine
+        log_wake_ups(None if listen is None else redact(listen.url), not self._listens)
+        if listen is not None:
+            pool = listen.sync_engine.pool
         elif not self._listens:
-            _wait_logger.info(
-                "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
-            )
             return None
         else:
             pool = self._engine.sync_engine.pool

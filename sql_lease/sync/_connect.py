@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import URL, Engine
 
+from .._core.provider_args import UrlOptions
 from ..backends import (
     Backend,
     CatalogueNow,
@@ -35,17 +36,13 @@ class Target:
     def executor(
         self,
         table: str,
-        *,
-        timeout: float,
-        connect_timeout: float,
-        synchronous_commit: bool,
+        options: UrlOptions,
         pool_size: int,
-        pooler: str | None = None,
-        listen: Target | None = None,
+        listen: Target | None,
         catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
-        """An executor owning its connections to this database (through ``pooler``; waiters
-        listening on ``listen``'s database when given)."""
+        """An executor owning its connections to this database (through ``options.pooler``;
+        waiters listening on ``listen``'s database when given)."""
         if listen is not None and listen.backend is not self.backend:
             raise LeaseValueError("listen_url must be a URL of the same database kind as url")
         try:
@@ -53,11 +50,11 @@ class Target:
                 self.url,
                 table,
                 where=self.where,
-                timeout=timeout,
-                connect_timeout=connect_timeout,
-                synchronous_commit=synchronous_commit,
+                timeout=options.timeout,
+                connect_timeout=options.connect_timeout,
+                synchronous_commit=options.synchronous_commit,
                 pool_size=pool_size,
-                pooler=pooler,
+                pooler=options.pooler,
                 listen_url=None if listen is None else listen.url,
                 catalogue=catalogue,
             )

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._sqlprovider.guard import guard_arguments, guard_clause, guard_statement
-from ..backends._urls import redact
-from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
+from .._sqlprovider.guard import guard_failed, guard_passed, guard_prepared
+from ..errors import LeaseValueError
 
 if TYPE_CHECKING:
     from ..backends import Dialect
@@ -30,20 +29,13 @@ def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fe
     catalogue with a guard, and ``conn`` on its dialect) and a connection in a transaction (not
     AUTOCOMMIT); database failures are `LeaseDatabaseError`s, translated by ``backend``.
     """
-    k = guard_arguments(key, fence)
-    if not isinstance(conn, Connection):
-        raise LeaseTypeError(f"conn must be a sync Connection, not {type(conn).__name__}")
-    sql = guard_statement(catalogue, conn.dialect.name)
-    table = catalogue.table
+    clause, values = guard_prepared(catalogue, conn, Connection, "a sync Connection", key, fence)
     try:
         driver = conn.connection.dbapi_connection
         if bool(getattr(driver, "autocommit", False)):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
-        row = conn.execute(guard_clause(sql), {"key": k, "fence": fence}).first()
+        row = conn.execute(clause, values).first()
     except DBAPIError as exc:
         cause = exc.orig if exc.orig is not None else exc
-        raise backend.translate(
-            cause, operation="guard", where=redact(conn.engine.url), sent=False, table=table
-        ) from exc
-    if row is None:
-        raise LeaseLost(key, None, fence, "the fence is not the live fence of the key")
+        raise guard_failed(backend, cause, conn, catalogue) from exc
+    guard_passed(row, key, fence)

@@ -9,56 +9,32 @@ and so does leaving the block when the body itself raised nothing.
 
 from __future__ import annotations
 
-import enum
-import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
 from time import monotonic
-from types import TracebackType
-from typing import Self
+from typing import Self, Unpack, cast
 
 from .._core.contract import AcquireResult
+from .._core.policy import HoldKeywords, Ticket, keyword_terms
 from .._core.validate import Millis
 from .._holding.handoff import check_transfer
-from .._holding.keeper import check_hold
+from .._holding.hooks import HOOK_NAMES, Hooks
+from .._holding.record import HoldRecord, HoldState
+from .._holding.renewer import retry_later
 from ..capabilities import Renewal
-from ..errors import (
-    LeaseDatabaseError,
-    LeaseLost,
-    LeaseNotAcquired,
-    LeaseTypeError,
-)
+from ..errors import LeaseDatabaseError, LeaseNotAcquired
+from ..observer import LeaseEventKind
 from ._capabilities import SyncLeaseProvider
-from ._renewer import Ticket
 from ._runtime import Lifecycle
+from ._wait import acquirer
 
 __all__ = ["HeldLease", "LeaseHook"]
-
-logger = logging.getLogger("sql_lease.hold")
 
 #: A lifecycle callback, called with the `HeldLease`.
 LeaseHook = Callable[["HeldLease"], object]
 
-_BACKOFF_FIRST = 0.05  # seconds before the first retry of a failed renewal (doubles)
 
-
-class _State(enum.Enum):
-    CREATED = "created"
-    HELD = "held"
-    TRANSFERRING = "transferring"
-    LOST = "lost"
-    HANDED_OFF = "handed off"
-    EXITED = "exited"
-
-
-def _check_hook(name: str, hook: object) -> LeaseHook | None:
-    if hook is not None and not callable(hook):
-        raise LeaseTypeError(f"{name} must be callable, not {type(hook).__name__}")
-    return hook
-
-
-class HeldLease:
+class HeldLease(HoldRecord):
     """A lease held for the duration of a ``with`` block (single use).
 
     Renewed every ``renew_every_ms`` (default a third of the TTL, at most half of it) with
@@ -84,52 +60,23 @@ class HeldLease:
         key: str,
         owner: str,
         ttl_ms: Millis,
-        *,
-        renew_every_ms: Millis | None = None,
-        wait_ms: Millis = 0,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
+        **options: Unpack[HoldKeywords],
     ) -> None:
-        ttl, every, self._wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
-        self._hooks = {
-            "on_acquired": _check_hook("on_acquired", on_acquired),
-            "on_renewed": _check_hook("on_renewed", on_renewed),
-            "on_lost": _check_hook("on_lost", on_lost),
-            "on_released": _check_hook("on_released", on_released),
-        }
+        terms = keyword_terms(key, owner, ttl_ms, options)  # checked once
+        hooks = {name: options.get(name) for name in HOOK_NAMES}
+        self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
+        self._start_record(terms, provider)
+        self._terms = terms
         self._provider = provider
         self._life = lifecycle
-        self.key, self.owner, self.ttl_ms, self.renew_every_ms = key, owner, ttl, every
-        self.fence: int | None = None
-        self.expires_at: datetime | None = None
-        self.renewals = 0
-        self.renew_errors = 0
         self.lost = threading.Event()
-        self.lost_reason: str | None = None
-        self.handed_to: str | None = None
-        self._state = _State.CREATED
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._ticket = Ticket(
-            key,
-            owner,
-            ttl,
-            every / 1000,
-            renewed=self._renewed,
-            failed=self._renew_failed,
-            gone=self._lose,
-            expired=self._expired,
+            terms, renewed=self._renewed, failed=self._renew_failed, gone=self._lose
         )
-        self._failures = 0  # consecutive failed renewals
 
     # -- public ---------------------------------------------------------------------------
-
-    @property
-    def held(self) -> bool:
-        """True while the lease is ours: acquired, not lost, not handed on, block not left."""
-        return self._state is _State.HELD
 
     def check(self) -> None:
         """Raise `LeaseLost` if the lease was lost (call it between steps of long work)."""
@@ -151,13 +98,9 @@ class HeldLease:
         """
         ttl = check_transfer(self.owner, to_owner, ttl_ms, self.ttl_ms)
         with self._lock:
-            if self._state is not _State.HELD:
-                if self.lost.is_set():
-                    raise self._lost_error()
-                raise RuntimeError(
-                    f"transfer_to needs a held lease, this one is {self._state.value}"
-                )
-            self._state = _State.TRANSFERRING
+            if self._state is not HoldState.HELD:
+                raise self._not_transferable()
+            self._state = HoldState.TRANSFERRING
         self._life.renewer.discard(self._ticket)
         try:
             done = self._provider.transfer_lease(self.key, self.owner, to_owner, ttl)
@@ -173,29 +116,25 @@ class HeldLease:
         if not done:
             self._mark_lost("it was no longer held when it was to be transferred")
             raise self._lost_error()
-        self.handed_to = to_owner
-        self._state = _State.HANDED_OFF
+        self._handed(to_owner)
         self._ended.set()
         self._life.notify_local(self.key)
-        logger.info("lease %r handed from %r to %r", self.key, self.owner, to_owner)
 
     # -- context manager ------------------------------------------------------------------
 
     def __enter__(self) -> Self:
-        if self._state is not _State.CREATED:
+        if self._state is not HoldState.CREATED:
             raise RuntimeError("a HeldLease can be entered only once")
         provider = self._provider
         self._life.claim(self.key, self.owner)
         try:
             started = monotonic()
             if self._wait_ms:
-                result, started = self._life.wait_for(
-                    provider, self.key, self.owner, self.ttl_ms, self._wait_ms
-                )
+                result, started = self._life.wait_checked(provider, self._terms)
             else:
-                result = provider.acquire_lease(self.key, self.owner, self.ttl_ms)
+                result = acquirer(provider, self._terms)()
         except BaseException as exc:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)
             if not isinstance(exc, Exception) or (
                 isinstance(exc, LeaseDatabaseError) and exc.outcome_unknown
@@ -203,113 +142,72 @@ class HeldLease:
                 self._release(quiet=True)  # it may have been acquired: undo (owner-checked)
             raise
         if not result.acquired:
-            self._state = _State.EXITED
+            self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)
             raise LeaseNotAcquired(
                 self.key, self.owner, result.owner, result.fence, result.expires_at
             )
         self._granted(result, started)
-        self._state = _State.HELD
-        self._call_hook("on_acquired")
+        self._state = HoldState.HELD
+        self._hooks.call_now("on_acquired", self)
+        self._report(LeaseEventKind.ACQUIRED)  # before the renewal thread may report a loss
         self._life.renewer.add(self._ticket)
-        logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, self.fence)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._life.renewer.discard(self._ticket)
         with self._lock:
             state = self._state
-            if state in (_State.HELD, _State.TRANSFERRING):
-                self._state = _State.EXITED
+            if state in (HoldState.HELD, HoldState.TRANSFERRING):
+                self._state = HoldState.EXITED
         try:
             if self.handed_to is None and not self._life.closed:
-                self._release(quiet=state is not _State.HELD)
+                self._release(quiet=state is not HoldState.HELD)
         finally:
             self._life.unclaim(self.key, self.owner)
             self._ended.set()
         if self.lost.is_set() and exc_type is None:
             raise self._lost_error()
 
-    def __repr__(self) -> str:
-        return (
-            f"HeldLease(key={self.key!r}, owner={self.owner!r}, fence={self.fence}, "
-            f"state={self._state.value})"
-        )
-
     # -- called by the renewer ------------------------------------------------------------
 
     def _renewed(self, started: float, renewal: Renewal | None) -> None:
-        ticket = self._ticket
-        ticket.deadline = max(ticket.deadline, started + self.ttl_ms / 1000)
-        ticket.due = started + ticket.interval
-        self._failures = 0
-        self.renewals += 1
-        if renewal is not None:
-            self.expires_at = renewal.expires_at
-        self._call_hook("on_renewed")
+        self._ticket.kept(started)
+        self._count_renewal(None if renewal is None else renewal.expires_at)
+        self._hooks.call_now("on_renewed", self)
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:
-        self._failures += 1
-        self.renew_errors += 1
-        delay = min(self._ticket.interval, _BACKOFF_FIRST * 2 ** (self._failures - 1))
-        self._ticket.due = now + delay
-        log = logger.warning if self._failures == 1 else logger.debug
-        log(
-            "renewing lease %r of %r failed (%s); retrying in %.0f ms, %.0f ms before it expires",
-            self.key,
-            self.owner,
-            exc,
-            delay * 1000,
-            max(0.0, self._ticket.deadline - now) * 1000,
-        )
-
-    def _expired(self) -> None:
-        reason = "it expired before it could be renewed"
-        if self._failures:
-            reason += f" ({self._failures} renewal attempts failed)"
-        self._lose(reason)
+        retry_later(self._ticket, exc, now)
+        self._count_failure(exc)
 
     def _lose(self, reason: str) -> None:
         with self._lock:
-            if self._state is not _State.HELD:
+            if self._state is not HoldState.HELD:
                 return
         self._mark_lost(reason)
 
     # -- internals ------------------------------------------------------------------------
 
     def _granted(self, result: AcquireResult, started: float) -> None:
-        self.fence, self.expires_at = result.fence, result.expires_at
-        ticket = self._ticket
-        ticket.fence = result.fence
-        ticket.deadline = started + self.ttl_ms / 1000
-        ticket.due = started + ticket.interval
+        self._acquired(result.fence, result.expires_at)
+        self._ticket.grant(started, result.fence)
 
     def _mark_lost(self, reason: str) -> None:
         with self._lock:
-            self._state = _State.LOST
+            self._state = HoldState.LOST
             self.lost_reason = reason
-        logger.warning(
-            "lease %r of %r (fence %s) lost: %s", self.key, self.owner, self.fence, reason
-        )
+        self._log_loss(reason)
         self.lost.set()
         self._ended.set()
-        self._call_hook("on_lost")
-
-    def _lost_error(self) -> LeaseLost:
-        return LeaseLost(self.key, self.owner, self.fence, self.lost_reason or "lost")
+        self._hooks.call_now("on_lost", self)
 
     def _resume(self) -> bool:
         """Back to held and renewing after a failed transfer; False if it expired meanwhile."""
-        if monotonic() >= self._ticket.deadline:
+        if not self._ticket.alive(monotonic()):
             self._mark_lost("it expired while it was being transferred")
             return False
         with self._lock:
-            self._state = _State.HELD
+            self._state = HoldState.HELD
         self._life.renewer.add(self._ticket)
         return True
 
@@ -326,23 +224,9 @@ class HeldLease:
         try:
             self._provider.release_lease(self.key, self.owner)
         except Exception as exc:
-            logger.warning(
-                "releasing lease %r of %r failed (%s); it expires on its own",
-                self.key,
-                self.owner,
-                exc,
-            )
+            self._release_failed(exc, quiet)
             return
         self._life.notify_local(self.key)
         if not quiet:
-            logger.debug("lease %r released by %r", self.key, self.owner)
-            self._call_hook("on_released")
-
-    def _call_hook(self, name: str) -> None:
-        hook = self._hooks[name]
-        if hook is None:
-            return
-        try:
-            hook(self)
-        except Exception:
-            logger.exception("%s hook of lease %r failed", name, self.key)
+            self._released()
+            self._hooks.call_now("on_released", self)

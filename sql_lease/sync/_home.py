@@ -8,7 +8,6 @@ import threading
 from .._sqlprovider.schema_home import home_of, renames
 from ..backends import Backend, SyncExecutor
 from ..catalogue import Catalogue
-from ._catalogue import Statements, statements_of
 
 __all__ = ["SyncHome"]
 
@@ -17,7 +16,7 @@ class SyncHome:
     """The sync provider's base: `_renamed` gives the text to send for a catalogue text."""
 
     _exec: SyncExecutor
-    _sql: Statements
+    _sql: Catalogue
     _table_name: str
     _timeout: float
 
@@ -31,8 +30,8 @@ class SyncHome:
         self._home_lock = threading.Lock()
 
     def _catalogue_now(self) -> Catalogue:
-        """The catalogue as it is now (the executor may read its data)."""
-        return self._sql.catalogue
+        """The catalogue as it is now (the executor may read its data: pooler mode's calls)."""
+        return self._sql
 
     def _renamed(self, sql: str, operation: str) -> str:
         """``sql`` as the catalogue names it once the table's schema is known (found now if
@@ -51,7 +50,7 @@ class SyncHome:
                         self._timeout,
                     )
                     home = home_of(rows, self._table_name, operation)
-                    new = statements_of(self._backend.catalogue(self._table_name, None, home))
-                    old, self._sql = self._sql, new  # first: see `catalogue_now`
-                    renamed.update(renames(old.catalogue, new.catalogue))
+                    new = self._backend.catalogue(self._table_name, None, home)
+                    old, self._sql = self._sql, new  # first: see `_catalogue_now`
+                    renamed.update(renames(old, new))
         return renamed.get(sql, sql)

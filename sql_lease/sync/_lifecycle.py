@@ -5,14 +5,15 @@ The mixin owns the provider's `Lifecycle` (`_runtime`: renewal thread, waiter hu
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from .._core.contract import AcquireResult
+from .._core.policy import HoldKeywords
 from .._core.validate import Millis
 from .._sqlprovider.forks import closed_error
 from ..backends import Backend
 from ._capabilities import SyncLeaseProvider
-from ._hold import HeldLease, LeaseHook
+from ._hold import HeldLease
 from ._renewer import Renewer
 from ._runtime import Lifecycle
 from ._wait import Hub
@@ -57,38 +58,18 @@ class SyncLifecycle:
         return self._life.renewer
 
     def hold(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: Millis,
-        *,
-        renew_every_ms: Millis | None = None,
-        wait_ms: Millis = 0,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
+        self, key: str, owner: str, ttl_ms: Millis, **options: Unpack[HoldKeywords]
     ) -> HeldLease:
         """Hold ``key`` for a ``with`` block: renewed while inside, released on exit.
 
-        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
+        Options (keywords; see `HeldLease`): ``renew_every_ms`` (default a third of the TTL),
+        ``wait_ms`` (default 0), and the hooks ``on_acquired``, ``on_renewed``, ``on_lost``,
+        ``on_released``. Raises `LeaseNotAcquired` when the key stays taken (after waiting up
         to ``wait_ms``); on loss sets ``lease.lost`` and raises `LeaseLost` on exit.
         """
         if self._life.closed:
             raise closed_error(self, "hold")
-        return HeldLease(
-            self._as_provider(),
-            self._life,
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms=renew_every_ms,
-            wait_ms=wait_ms,
-            on_acquired=on_acquired,
-            on_renewed=on_renewed,
-            on_lost=on_lost,
-            on_released=on_released,
-        )
+        return HeldLease(self._as_provider(), self._life, key, owner, ttl_ms, **options)
 
     def wait_for_lease(
         self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis

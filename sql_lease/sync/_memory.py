@@ -18,6 +18,7 @@ from .._core.validate import Millis
 from .._memory import InMemoryLeaseProvider as _AsyncMemory
 from ..capabilities import Renewal
 from ..errors import LeaseClosedError
+from ..observer import LeaseObserver
 from ._lifecycle import SyncLifecycle
 
 __all__ = ["InMemoryLeaseProvider"]
@@ -39,13 +40,22 @@ class InMemoryLeaseProvider(SyncLifecycle):
     """Leases in a dict, judged by a monotonic clock; thread-safe; one process only.
 
     ``clock`` returns seconds (default `time.monotonic`); tests can inject a fake one.
+    ``observer`` (a `sql_lease.observer.LeaseObserver`) sees each operation and lease event,
+    as on the async in-memory provider.
     """
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._inner = _AsyncMemory(clock=clock)
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, observer: LeaseObserver | None = None
+    ) -> None:
+        self._inner = _AsyncMemory(clock=clock, observer=observer)
         self._is_closed = False
         SyncLifecycle.__init__(self)
         self._self_notifying()
+
+    @property
+    def observer(self) -> LeaseObserver | None:
+        """The observer given at construction, or None."""
+        return self._inner.observer
 
     def _call(self, operation: str, coro: Coroutine[Any, Any, T]) -> T:
         if self._is_closed:

@@ -8,58 +8,58 @@ backend's sync executor (`sql_lease.backends.SyncExecutor`) runs them through ps
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from time import monotonic
 from typing import Any, Self
 
 from sqlalchemy.engine import URL, Engine
 
+from .._core import calls
 from .._core.contention import ContentionHints
 from .._core.contract import AcquireResult, Lease
-from .._core.provider_args import check_bool, check_pooler, check_seconds, check_table
-from .._core.validate import (
-    Millis,
-    check_items,
-    check_limit,
-    check_millis,
-    check_name,
-    check_prefix,
-    check_ttl,
+from .._core.provider_args import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    ProviderSettings,
+    check_seconds,
+    check_table,
+    check_url_options,
+    log_wake_ups,
 )
+from .._core.validate import Millis, check_limit, check_name, check_ttl
 from .._sqlprovider.forks import ForkAware
 from ..backends import Backend, SyncExecutor
 from ..backends._urls import redact
 from ..capabilities import Holder, Released, Renewal
-from ..catalogue import decode_list_live, label, name_of
+from ..catalogue import Catalogue, decode_row, label
+from ..observer import LeaseObserver, check_observer, timed_call
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
 from ._connect import engine_target, parse
 from ._guard import guard
 from ._home import SyncHome
 from ._lifecycle import SyncLifecycle
-from ._wait import POLL_S
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_TIMEOUT", "SqlLeaseProvider"]
 
-DEFAULT_TIMEOUT = 5.0
-DEFAULT_CONNECT_TIMEOUT = 5.0
-
 logger = logging.getLogger("sql_lease")
-_wait_logger = logging.getLogger("sql_lease.wait")
-
 
 #: What runs a statement: the backend's sync executor.
 Executor = SyncExecutor
+Rows = list[tuple[Any, ...]]
 
 
-class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
+class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     """Leases in PostgreSQL (psycopg 3) or SQLite (`sqlite3`), for threads; blocking calls.
 
     Takes a caller's SQLAlchemy `Engine` (``postgresql+psycopg`` or ``sqlite``), which it never
     disposes of, or a URL through `from_url` (then it owns a connection pool and closes it in
-    `close`). ``timeout`` (seconds) bounds each call end to end. Thread-safe: share one
-    provider per process. After `close`, every call raises `LeaseClosedError`.
+    `close`). ``timeout`` (seconds) bounds each call end to end. ``observer`` (a
+    `sql_lease.observer.LeaseObserver`, such as `sql_lease.otel.OpenTelemetryObserver`) sees
+    every statement and every lease event of ``hold`` and ``wait_for_lease``, as on the async
+    provider (called in the thread that made the call, or the renewal thread). Thread-safe:
+    share one provider per process. After `close`, every call raises `LeaseClosedError`.
     """
 
     def __init__(
@@ -69,16 +69,17 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         table_name: str = DEFAULT_TABLE,
         schema: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        observer: LeaseObserver | None = None,
     ) -> None:
         check_table(table_name, schema)
         seconds = check_seconds("timeout", timeout)
+        watcher = check_observer(observer)
         backend = engine_target(engine)
         check_table(table_name, schema, backend)
-        sql = statements_of(backend.catalogue(table_name, schema))
-        executor = backend.sync_engine_executor(
-            engine, sql.table, where=redact(engine.url), timeout=seconds
-        )
-        self._setup(executor, sql, table_name, schema, seconds, engine, backend)
+        sql = backend.catalogue(table_name, schema)
+        where = redact(engine.url)
+        executor = backend.sync_engine_executor(engine, sql.table, where=where, timeout=seconds)
+        self._setup(executor, sql, (table_name, schema, seconds, watcher), engine, backend)
 
     @classmethod
     def from_url(
@@ -90,6 +91,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         synchronous_commit: bool = True,
+        observer: LeaseObserver | None = None,
         pool_size: int = 10,
         pooler: str | None = None,
         listen_url: str | URL | None = None,
@@ -103,7 +105,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         at 80% of ``timeout``, ``connect_timeout`` on connecting. SQLite: up to ``pool_size``
         connections in WAL mode with a busy timeout at 80% of ``timeout``.
         ``synchronous_commit=False`` trades the last fraction of a second of lease changes on
-        a server crash for faster writes (see the README's "Durability").
+        a server crash for faster writes (see the README's "Durability"). ``observer``: as
+        for the constructor.
 
         ``pooler="transaction"`` or ``"session"``: ``url`` reaches PostgreSQL through a
         connection pooler (PgBouncer...): no startup parameter but ``application_name`` is sent,
@@ -112,52 +115,35 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         ``listen_url``: the URL of `wait_for_lease`'s LISTEN connection (direct to the server
         or through a session pooler); without it, waiters behind ``pooler="transaction"`` poll.
         """
-        check_pooler(pooler, synchronous_commit)
-        check_bool("synchronous_commit", synchronous_commit)
-        seconds = check_seconds("timeout", timeout)
-        connect_seconds = check_seconds("connect_timeout", connect_timeout)
+        checked = check_url_options(
+            table_name, schema, timeout, connect_timeout, synchronous_commit, pooler, observer
+        )
         check_limit(pool_size, what="pool_size", most=1_000)
-        check_table(table_name, schema)
         target = parse(url)
         listen = None if listen_url is None else parse(listen_url)
         check_table(table_name, schema, target.backend)
-        sql = statements_of(target.backend.catalogue(table_name, schema))
+        sql = target.backend.catalogue(table_name, schema)
         provider = cls.__new__(cls)
         executor = target.executor(
-            sql.table,
-            timeout=seconds,
-            connect_timeout=connect_seconds,
-            synchronous_commit=synchronous_commit,
-            pool_size=pool_size,
-            pooler=pooler,
-            listen=listen,
-            catalogue=provider._catalogue_now,
+            sql.table, checked, pool_size, listen, catalogue=provider._catalogue_now
         )
-        if listen is not None:
-            _wait_logger.info("waiters listen for notifications on %s", listen.where)
-        elif pooler == "transaction":
-            _wait_logger.info(
-                "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
-            )
-        provider._setup(executor, sql, table_name, schema, seconds, None, target.backend)
+        log_wake_ups(None if listen is None else listen.where, pooler == "transaction")
+        settings = (table_name, schema, checked.timeout, checked.observer)
+        provider._setup(executor, sql, settings, None, target.backend)
         return provider
 
     def _setup(
         self,
         executor: Executor,
-        sql: Statements,
-        table_name: str,
-        schema: str | None,
-        timeout: float,
+        sql: Catalogue,
+        settings: tuple[str, str | None, float, LeaseObserver | None],
         engine: Engine | None,
         backend: Backend,
     ) -> None:
         self._exec = executor
         self._sql = sql
-        self._init_home(backend, schema)
-        self._table_name = table_name
-        self._schema = schema
-        self._timeout = timeout
+        self._table_name, self._schema, self._timeout, self._observer = settings
+        self._init_home(backend, self._schema)
         self._engine = engine
         self._hints = ContentionHints()
         self._closed = False
@@ -178,22 +164,9 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         return self._engine
 
     @property
-    def table_name(self) -> str:
-        return self._table_name
-
-    @property
-    def schema(self) -> str | None:
-        return self._schema
-
-    @property
-    def timeout(self) -> float:
-        """Seconds that bound each call end to end."""
-        return self._timeout
-
-    @property
     def statements(self) -> Statements:
-        """The statement catalogue this provider runs (shared with the async provider)."""
-        return self._sql
+        """The statement texts this provider runs (its catalogue's, the async provider's)."""
+        return statements_of(self._sql)
 
     @property
     def notifies(self) -> bool:
@@ -229,69 +202,69 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         )
 
     def _run(
-        self,
-        operation: str,
-        write: bool,
-        sql: str,
-        args: tuple[object, ...],
-        seconds: float | None = None,
-    ) -> list[tuple[Any, ...]]:
+        self, operation: str, write: bool, sql: str, args: tuple[object, ...], *within: float
+    ) -> Rows:
+        """Run ``sql`` with ``args`` within the timeout (or ``within``); its rows. With an
+        observer, timed and reported as one `StatementEvent` (finding the table's schema
+        first, when it is not known yet, included)."""
         if self._closed:
             raise self._closed_error(operation)
+        seconds = within[0] if within else self._timeout
+        if self._observer is None:
+            return self._send(operation, write, sql, args, seconds)
+        send: Callable[[], Rows] = lambda: self._send(operation, write, sql, args, seconds)  # noqa: E731
+        return timed_call(self._observer, self._backend.name, operation, send)
+
+    def _send(
+        self, operation: str, write: bool, sql: str, args: tuple[object, ...], seconds: float
+    ) -> Rows:
         if self._renames is not None:
             sql = self._renamed(sql, operation)
-        return self._exec.run(
-            operation, write, sql, args, self._timeout if seconds is None else seconds
-        )
+        return self._exec.run(operation, write, sql, args, seconds)
 
     # -- the contract --------------------------------------------------------------------
 
     def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
-        k = check_name("key", key)
-        o = check_name("owner", owner)
-        ttl = check_ttl(ttl_ms)
-        sql = self._sql
-        hints = self._hints
+        k, o = calls.key_owner(key, owner)
+        return self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+
+    def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
+        """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
+        checked values come here directly (`sql_lease._core.policy.SyncCheckedCalls`)."""
+        catalogue = self._sql
         started = monotonic()
-        seconds = None
-        if hints.contended(k):
-            rows = self._run("acquire_lease", False, sql.holder, (k,))
-            if rows and rows[0][0] != o:
-                hints.held(k)
+        within: tuple[float, ...] = ()
+        if self._hints.contended(k):
+            rows = self._run("acquire_lease", False, catalogue.holder.sql, (k,))
+            held = self._hints.seen_held(rows, k, o, catalogue.holder)
+            if held is not None:
                 self.acquire_reads += 1
-                holder, fence, expires_at = rows[0]
-                return AcquireResult(False, name_of(bytes(holder), "owner", k), fence, expires_at)
-            seconds = self._left(started)
+                return held
+            within = (self._left(started),)
         while True:
-            rows = self._run("acquire_lease", True, sql.acquire, (k, o, ttl), seconds)
-            for row in rows:
-                if row[0]:
-                    hints.free(k)
-                    return AcquireResult(True, owner, row[1], row[2])
-            if rows and rows[0][3] != o:
-                hints.held(k)
-                row = rows[0]
-                return AcquireResult(False, name_of(bytes(row[3]), "owner", k), row[1], row[2])
+            rows = self._run("acquire_lease", True, catalogue.acquire.sql, (k, o, ttl), *within)
+            answer = self._hints.answer(rows, k, o, owner, catalogue.acquire.decode)
+            if answer is not None:
+                return answer
             # A concurrent writer committed after this statement's snapshot: run it again.
             self.acquire_reruns += 1
-            seconds = self._left(started)
-
-    def _left(self, started: float) -> float:
-        return self._timeout - (monotonic() - started)
+            within = (self._left(started),)
 
     def get_lease_owner(self, key: str) -> str | None:
         k = check_name("key", key)
-        rows = self._run("get_lease_owner", False, self._sql.get_owner, (k,))
-        return name_of(bytes(rows[0][0]), "owner", k) if rows else None
+        statement = self._sql.get_owner
+        rows = self._run("get_lease_owner", False, statement.sql, (k,))
+        return decode_row(statement, rows[0], k) if rows else None
 
     def get_lease(self, key: str) -> Lease | None:
         """The live lease of ``key`` (owner, fence, times), or None."""
         k = check_name("key", key)
-        rows = self._run("get_lease", False, self._sql.get_lease, (k,))
+        statement = self._sql.get_lease
+        rows = self._run("get_lease", False, statement.sql, (k,))
         if not rows:
             return None
-        owner, fence, expires_at, acquired_at = rows[0]
-        return Lease(key, name_of(bytes(owner), "owner", k), fence, expires_at, acquired_at)
+        owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
+        return Lease(key, owner, fence, expires_at, acquired_at)
 
     def release_lease(self, key: str, owner: str) -> None:
         self.release(key, owner)
@@ -307,26 +280,23 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
     def release(self, key: str, owner: str) -> Released | None:
         """Release; the `Released` fence and database time it took effect, or None when it
         was a no-op (as the async provider's ``release``)."""
-        args = (check_name("key", key), check_name("owner", owner))
-        rows = self._run("release_lease", True, self._sql.release, args)
-        return Released(rows[0][0], rows[0][1]) if rows else None
+        statement = self._sql.release
+        rows = self._run("release_lease", True, statement.sql, calls.key_owner(key, owner))
+        return statement.decode(rows[0]) if rows else None
 
     def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """Renew; the `Renewal` (fence, new expiry), or None when the lease was not held."""
-        args = (check_name("key", key), check_name("owner", owner), check_ttl(ttl_ms))
-        rows = self._run("renew_lease", True, self._sql.renew, args)
-        return Renewal(rows[0][0], rows[0][1]) if rows else None
+        statement = self._sql.renew
+        args = (*calls.key_owner(key, owner), check_ttl(ttl_ms))
+        rows = self._run("renew_lease", True, statement.sql, args)
+        return statement.decode(rows[0]) if rows else None
 
     def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> Renewal | None:
         """Transfer; the new owner's `Renewal` (fence, expiry), or None when it was not held."""
-        args = (
-            check_name("key", key),
-            check_name("from_owner", from_owner),
-            check_name("to_owner", to_owner),
-            check_ttl(ttl_ms),
-        )
-        rows = self._run("transfer_lease", True, self._sql.transfer, args)
-        return Renewal(rows[0][0], rows[0][1]) if rows else None
+        statement = self._sql.transfer
+        args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
+        rows = self._run("transfer_lease", True, statement.sql, args)
+        return statement.decode(rows[0]) if rows else None
 
     # -- extensions ----------------------------------------------------------------------
 
@@ -337,25 +307,20 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
     def renew_many(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[Renewal | None]:
         """`renew_leases` returning the `Renewal` (fence, new expiry) per renewed item, None
         per lost one."""
-        pairs = check_items(items)
-        ttl = check_ttl(ttl_ms)
-        if not pairs:
-            return []
-        unique = list(dict.fromkeys(pairs))
-        renewed: dict[tuple[bytes, bytes], Renewal] = {}
-        step = self._sql.max_batch
-        for start in range(0, len(unique), step):
-            chunk = unique[start : start + step]
-            sql = self._sql.renew_many(len(chunk))
-            args = self._sql.renew_many_args(chunk, ttl)
-            for key, owner, fence, expires in self._run("renew_leases", True, sql, args):
-                renewed[(bytes(key), bytes(owner))] = Renewal(fence, expires)
-        return [renewed.get(pair) for pair in pairs]
+        pairs, ttl = calls.renew_args(items, ttl_ms)
+        return self._renew_checked(pairs, ttl)
+
+    def _renew_checked(self, pairs: list[tuple[bytes, bytes]], ttl: int) -> list[Renewal | None]:
+        """`renew_many` with its arguments checked; a renewal tick's come here directly."""
+        rows: Rows = []
+        for sql, args in calls.renew_chunks(self._sql, pairs, ttl):
+            rows += self._run("renew_leases", True, sql, args)
+        return calls.renewed_in_order(self._sql, rows, pairs)
 
     def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
         k = check_name("key", key)
-        rows = self._run("force_release", True, self._sql.force_release, (k,))
+        rows = self._run("force_release", True, self._sql.force_release.sql, (k,))
         if not rows:
             return False
         owner, fence = label(bytes(rows[0][0])), rows[0][1]  # released: never raise now
@@ -366,12 +331,9 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         self, prefix: str | None = None, *, limit: int = 100, after: str | None = None
     ) -> list[Lease]:
         """Live leases in key order, optionally by key prefix; page with ``after``."""
-        low, high = check_prefix(prefix)
-        count = check_limit(limit)
-        if after is not None:
-            low = max(low, check_name("after", after) + b"\0")
-        rows = self._run("list_leases", False, self._sql.list_live, (low, high, count))
-        return [decode_list_live(row) for row in rows]
+        statement = self._sql.list_live
+        rows = self._run("list_leases", False, statement.sql, calls.list_args(prefix, limit, after))
+        return [statement.decode(row) for row in rows]
 
     def purge_expired(
         self,
@@ -381,33 +343,29 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         max_batches: int | None = None,
     ) -> int:
         """Delete rows expired for at least ``min_age_ms``, in short batches; how many."""
-        age = check_millis("min_age_ms", min_age_ms)
-        batch = check_limit(batch_size, what="batch_size", most=100_000)
-        batches = None if max_batches is None else check_limit(max_batches, "max_batches", 10**9)
-        total = done = 0
-        while batches is None or done < batches:
-            deleted = len(self._run("purge_expired", True, self._sql.purge_batch, (age, batch)))
-            total += deleted
-            done += 1
-            if deleted < batch:
-                break
-        return total
+        age, batch, batches = calls.purge_args(min_age_ms, batch_size, max_batches)
+        rounds = calls.purge_rounds(batch, batches)
+        sql = self._sql.purge_batch.sql
+        try:
+            next(rounds)
+            while True:
+                rounds.send(len(self._run("purge_expired", True, sql, (age, batch))))
+        except StopIteration as end:
+            total: int = end.value
+            return total
 
     def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
         """Mark ``key`` wanted for ``wait_ms`` (its release then notifies); its live `Holder`,
         or None if free (as the async provider's ``mark_wanted``)."""
-        k = check_name("key", key)
-        wait = check_ttl(wait_ms, "wait_ms")
-        rows = self._run("want", True, self._sql.want, (k, wait))
-        if not rows:
-            return None
-        return Holder(name_of(bytes(rows[0][0]), "owner", k), rows[0][1], rows[0][2])
+        args = calls.want_args(key, wait_ms)
+        statement = self._sql.want
+        rows = self._run("want", True, statement.sql, args)
+        return decode_row(statement, rows[0], args[0]) if rows else None
 
     def now(self) -> datetime:
         """The database server's clock (the clock that judges expiry)."""
-        rows = self._run("now", False, self._sql.now, ())
-        value: datetime = rows[0][0]
-        return value
+        statement = self._sql.now
+        return statement.decode(self._run("now", False, statement.sql, ())[0])
 
     def guard(self, conn: Any, key: str, fence: int) -> None:
         """In ``conn``'s transaction, lock the live lease of ``key`` with ``fence`` or raise.
@@ -417,4 +375,4 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware):
         if self._closed:
             raise self._closed_error("guard")
         self._renamed("", "guard")  # the statements name the table's schema from now on
-        guard(self._sql.catalogue, self._backend, conn, key, fence)
+        guard(self._sql, self._backend, conn, key, fence)

@@ -5,18 +5,19 @@ due, then renews every lease that has used at least half of its interval, one st
 distinct TTL (`SyncBatchRenewal.renew_many` where the provider has it, else ``renew_leases``,
 else one ``renew_lease`` per lease). It also notices a lease whose conservative local
 deadline passed without a successful renewal. The thread exists only while something is
-held. A renewer sees a lease only as a `Ticket`; it knows nothing of `HeldLease`.
+held. A renewer sees a lease only as a `Ticket` (`sql_lease._core.policy`, the async
+renewer's: the loss rule judges each answer, the deadline is the ticket's); it knows nothing of
+`HeldLease`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from time import monotonic
 
-from .._holding.keeper import fence_moved
-from .._holding.renewer import Ticket as BaseTicket
+from .._core.policy import SyncCheckedCalls, Ticket, due_groups
 from ..capabilities import Renewal
 from ..errors import LeaseDatabaseError
 from ._capabilities import SyncBatchRenewal, SyncBoolBatchRenewal, SyncLeaseProvider
@@ -29,10 +30,14 @@ logger = logging.getLogger("sql_lease.hold")
 Outcome = tuple[bool, Renewal | None]
 
 
-def renew_batch(
-    provider: SyncLeaseProvider, pairs: Sequence[tuple[str, str]], ttl: int
-) -> list[Outcome]:
-    """Renew ``pairs`` with ``ttl`` in as few statements as the provider allows."""
+def renew_batch(provider: SyncLeaseProvider, tickets: Sequence[Ticket], ttl: int) -> list[Outcome]:
+    """Renew ``tickets`` with ``ttl`` in as few statements as the provider allows (their
+    values checked once, when held: `SyncCheckedCalls` takes them as they are)."""
+    if isinstance(provider, SyncCheckedCalls) and "renew_many" not in vars(provider):
+        # (an instance-level renew_many, a wrapper someone put there, is honoured)
+        checked = provider._renew_checked([(t.k, t.o) for t in tickets], ttl)
+        return [(r is not None, r) for r in checked]
+    pairs = [(t.key, t.owner) for t in tickets]
     if isinstance(provider, SyncBatchRenewal):
         renewed = provider.renew_many(pairs, ttl)
         return [(False, None) if r is None else (True, Renewal(*r)) for r in renewed]
@@ -41,35 +46,6 @@ def renew_batch(
     else:
         oks = [provider.renew_lease(key, owner, ttl) for key, owner in pairs]
     return [(bool(ok), None) for ok in oks]
-
-
-class Ticket(BaseTicket):
-    """One held lease as the renewal thread sees it: `sql_lease._holding.renewer.Ticket` (times are
-    `monotonic` seconds here) plus what the thread needs beside it.
-
-    Its holder also sets ``deadline`` (conservative local expiry) and ``fence`` (the fence it
-    holds: a renewal that reports another one finds it lost); the thread calls ``expired()``
-    once the deadline passed.
-    """
-
-    __slots__ = ("deadline", "expired", "fence")
-
-    def __init__(
-        self,
-        key: str,
-        owner: str,
-        ttl_ms: int,
-        interval: float,
-        *,
-        renewed: Callable[[float, Renewal | None], None],
-        failed: Callable[[BaseException, float], None],
-        gone: Callable[[str], None],
-        expired: Callable[[], None],
-    ) -> None:
-        super().__init__(key, owner, ttl_ms, interval, renewed=renewed, failed=failed, gone=gone)
-        self.deadline = 0.0
-        self.fence: int | None = None
-        self.expired = expired
 
 
 class Renewer:
@@ -125,7 +101,7 @@ class Renewer:
                     self._thread = None
                     return
                 now = monotonic()
-                expired = [t for t in self._tickets if t.deadline <= now]
+                expired = [t for t in self._tickets if not t.alive(now)]
                 self._tickets.difference_update(expired)
                 if not expired:
                     due = min(t.due for t in self._tickets)
@@ -133,13 +109,11 @@ class Renewer:
                         limit = min(t.deadline for t in self._tickets)
                         cond.wait(min(due, limit) - now)
                         continue
-                    for ticket in self._tickets:
-                        if ticket.due - ticket.interval / 2 <= now:
-                            groups.setdefault(ticket.ttl_ms, []).append(ticket)
+                    groups = due_groups(self._tickets, now)
                     self._in_flight = {t for group in groups.values() for t in group}
                     self.ticks += 1
             for ticket in expired:
-                ticket.expired()
+                ticket.gone(ticket.expiry_reason())
             if not groups:
                 continue
             try:
@@ -154,7 +128,7 @@ class Renewer:
         started = monotonic()
         self.statements += 1
         try:
-            outcomes = renew_batch(self._provider, [(t.key, t.owner) for t in tickets], ttl)
+            outcomes = renew_batch(self._provider, tickets, ttl)
         except LeaseDatabaseError as exc:
             now = monotonic()
             for ticket in tickets:
@@ -166,11 +140,7 @@ class Renewer:
         else:
             lost = []
             for ticket, (held, renewal) in zip(tickets, outcomes, strict=True):
-                reason = (
-                    fence_moved(ticket.fence, renewal)
-                    if held
-                    else "a renewal found it gone (expired, taken over or force-released)"
-                )
+                reason = ticket.judge(held, renewal)
                 if reason is None:
                     ticket.renewed(started, renewal)
                 else:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 
 from .._core.contract import AcquireResult
+from .._core.policy import HoldTerms
 from .._core.validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
 from ._capabilities import SyncLeaseProvider
 from ._renewer import Renewer
-from ._wait import Hub, wait_for
+from ._wait import Hub, wait_checked, wait_for
 
 __all__ = ["Lifecycle"]
 
@@ -43,14 +44,19 @@ class Lifecycle:
 
     def notify_local(self, key: str) -> None:
         """Wake a local waiter of ``key`` (when no NOTIFY or the provider itself does it)."""
-        hub = self.hub
-        if hub.listener is None and not hub.self_notifying:
-            hub.notify(key)
+        if self.hub.polls:
+            self.hub.notify(key)
 
     def wait_for(
         self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
     ) -> tuple[AcquireResult, float]:
         return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
+
+    def wait_checked(
+        self, provider: SyncLeaseProvider, terms: HoldTerms
+    ) -> tuple[AcquireResult, float]:
+        """`wait_for` with a hold's arguments, checked once already."""
+        return wait_checked(provider, self.hub, terms)
 
     def close(self) -> None:
         """The provider closes: held leases count as lost (left to expire), listening ends."""
