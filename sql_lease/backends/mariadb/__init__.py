@@ -184,8 +184,7 @@ class MariadbBackend:
             got = await conn.exec_driver_sql(f"SELECT GET_LOCK('{name}', {wait})")
             if got.scalar() != 1:
                 raise LeaseTimeoutError(
-                    "another migration of this leases table held the migration lock past "
-                    f"{wait} s",
+                    f"another migration of this leases table held the migration lock past {wait} s",
                     operation="migrate",
                 )
 

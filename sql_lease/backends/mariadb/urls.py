@@ -21,7 +21,9 @@ SCHEMES: Final = frozenset({"mariadb", ASYNC_DRIVER})
 MYSQL_SCHEMES: Final = frozenset(
     {"mysql", "mysql+asyncmy", "mysql+aiomysql", "mysql+pymysql", "mysql+mysqldb"}
 )
-_ALLOWED_QUERY: Final = frozenset({"charset", "ssl_ca", "ssl_cert", "ssl_key", "ssl_check_hostname"})
+_ALLOWED_QUERY: Final = frozenset(
+    {"charset", "ssl_ca", "ssl_cert", "ssl_key", "ssl_check_hostname"}
+)
 
 MYSQL_REFUSED: Final = (
     "MySQL is not supported: its statements have no RETURNING, which every statement of the "
