@@ -61,7 +61,13 @@ __all__ = [
     "quote",
 ]
 
-NOW: Final = "UTC_TIMESTAMP(6)"
+#: The server's clock when it is read (UTC: every session's time zone is +00:00), not when
+#: the statement began (``UTC_TIMESTAMP``, ``NOW``): a statement that waited for a row lock
+#: judges the row by the time it got it, as PostgreSQL's ``clock_timestamp()``.
+NOW: Final = "SYSDATE(6)"
+#: The acquire's one reading of the clock under the row lock, kept in a session variable.
+_PIN: Final = f"(@sql_lease_now := {NOW})"
+_PINNED: Final = "@sql_lease_now"
 #: Pairs per renew-many statement (bounded by ``max_allowed_packet``, 16 MiB by default).
 MAX_BATCH: Final = 2_000
 #: Every connection's ``sql_mode``: standard assignment in ``ON DUPLICATE KEY UPDATE``, strict
@@ -123,26 +129,26 @@ def build_catalogue(table_name: str) -> Catalogue:
     t = quote(table_name)
     seq = f"`{fence_sequence_name(check_identifier('table_name', table_name))}`"
     live = f"expires_at > {NOW}"
-    # In the update part, a bare column is the existing row's; VALUES(c) the caller's.
-    takes = f"(owner = VALUES(owner) OR expires_at <= {NOW})"
-    mine_live = f"(owner = VALUES(owner) AND expires_at > {NOW})"
+    # The update part of the acquire runs once the row is locked: it reads the clock once,
+    # there (`_PIN`), and judges the row by that reading only. A bare column is the row's.
+    takes = f"(owner = VALUES(owner) OR expires_at <= {_PINNED})"
+    mine_live = f"(owner = VALUES(owner) AND expires_at > {_PINNED})"
     acquire = f"""
 INSERT INTO {t} (`key`, owner, fence, expires_at, acquired_at)
 VALUES (?1, ?2, NEXTVAL({seq}), {_plus("?3")}, {NOW})
 ON DUPLICATE KEY UPDATE
-    owner = IF({takes}, VALUES(owner), owner),
+    owner = IF({_PIN} IS NULL OR {takes}, VALUES(owner), owner),
     fence = IF({mine_live}, fence, IF({takes}, NEXTVAL({seq}), fence)),
-    acquired_at = IF({mine_live}, acquired_at, IF({takes}, VALUES(acquired_at), acquired_at)),
-    expires_at = IF({takes}, VALUES(expires_at), expires_at)
+    acquired_at = IF({mine_live}, acquired_at, IF({takes}, {_PINNED}, acquired_at)),
+    expires_at = IF({takes}, {_PINNED} + INTERVAL ?3 * 1000 MICROSECOND, expires_at)
 RETURNING owner = ?2, fence, expires_at, owner
 """.strip()
+    # The reporting forms judge the row in their locking read (the clock read there, after
+    # the lock was granted); the row stays locked until the update, which changes it
+    # unconditionally. Their update names the row's columns with the table.
     key_owner_live = f"s.`key` = ?1 AND s.owner = ?2 AND s.{live}"
     k, ko, kot = ("key",), ("key", "owner"), ("key", "owner", "ttl_ms")
     fence_expiry = ("fence", "expires_at")
-    # In a reporting form's update part, the row's columns are named with the table (the
-    # source of the SELECT has the same columns): the condition is checked again there.
-    still = f"{t}.owner = ?2 AND {t}.{live}"
-    row_live = f"{t}.{live}"
     return Catalogue(
         dialect="mariadb",
         table=t,
@@ -176,7 +182,7 @@ RETURNING owner = ?2, fence, expires_at, owner
             _reporting(
                 t,
                 key_owner_live,
-                f"expires_at = IF({still}, {NOW}, {t}.expires_at)",
+                f"expires_at = {NOW}",
                 "fence, expires_at",
             ),
             ko,
@@ -188,7 +194,7 @@ RETURNING owner = ?2, fence, expires_at, owner
             _reporting(
                 t,
                 key_owner_live,
-                f"expires_at = IF({still}, {_plus('?3')}, {t}.expires_at)",
+                f"expires_at = {_plus('?3')}",
                 "fence, expires_at",
             ),
             kot,
@@ -200,10 +206,9 @@ RETURNING owner = ?2, fence, expires_at, owner
             _reporting(
                 t,
                 key_owner_live,
-                f"owner = IF({still}, ?3, {t}.owner), "
-                f"fence = IF({still} AND {t}.owner <> ?3, NEXTVAL({seq}), {t}.fence), "
-                f"acquired_at = IF({still} AND {t}.owner <> ?3, {NOW}, {t}.acquired_at), "
-                f"expires_at = IF({still}, {_plus('?4')}, {t}.expires_at)",
+                f"owner = ?3, fence = IF({t}.owner <> ?3, NEXTVAL({seq}), {t}.fence), "
+                f"acquired_at = IF({t}.owner <> ?3, {NOW}, {t}.acquired_at), "
+                f"expires_at = {_plus('?4')}",
                 "fence, expires_at",
             ),
             ("key", "from_owner", "to_owner", "ttl_ms"),
@@ -217,7 +222,7 @@ RETURNING owner = ?2, fence, expires_at, owner
             _reporting(
                 t,
                 f"s.`key` = ?1 AND s.{live}",
-                f"expires_at = IF({row_live}, {NOW}, {t}.expires_at)",
+                f"expires_at = {NOW}",
                 "owner, fence, expires_at",
             ),
             k,
@@ -248,8 +253,7 @@ ORDER BY `key` LIMIT ?3
             _reporting(
                 t,
                 f"s.`key` = ?1 AND s.{live}",
-                f"wanted_until = IF({row_live}, GREATEST(COALESCE({t}.wanted_until, {NOW}), "
-                f"{_plus('?2')}), {t}.wanted_until)",
+                f"wanted_until = GREATEST(COALESCE({t}.wanted_until, {NOW}), {_plus('?2')})",
                 "owner, fence, expires_at",
             ),
             ("key", "wait_ms"),
@@ -278,7 +282,7 @@ def _renew_many(t: str, n: int) -> Statement[tuple[tuple[bytes, bytes], Renewal]
         t,
         f"s.`key` IN ({keys}) AND (s.`key`, s.owner) IN ({pairs}) AND s.expires_at > {NOW} "
         "ORDER BY s.`key`",
-        f"expires_at = IF({t}.expires_at > {NOW}, {_plus('?1')}, {t}.expires_at)",
+        f"expires_at = {_plus('?1')}",
         "`key`, owner, fence, expires_at",
     )
     params = ("ttl_ms", *(f"{part}{i}" for i in range(n) for part in ("key", "owner")))
