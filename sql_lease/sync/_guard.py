@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._sqlprovider.guard import guard_arguments, guard_clause, guard_statement
+from .._sqlprovider.guard import guard_arguments, guard_clause, guard_statement, in_autocommit
 from ..backends._urls import redact
 from ..errors import LeaseLost, LeaseTypeError, LeaseValueError
 
@@ -37,7 +37,7 @@ def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fe
     table = catalogue.table
     try:
         driver = conn.connection.dbapi_connection
-        if bool(getattr(driver, "autocommit", False)):
+        if in_autocommit(driver):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
         row = conn.execute(guard_clause(sql), {"key": k, "fence": fence}).first()
     except DBAPIError as exc:

@@ -68,6 +68,11 @@ NOW: Final = "SYSDATE(6)"
 #: The acquire's one reading of the clock under the row lock, kept in a session variable.
 _PIN: Final = f"(@sql_lease_now := {NOW})"
 _PINNED: Final = "@sql_lease_now"
+#: The guard runs in the application's session, whatever its time zone: UTC at the start of
+#: the statement plus the time since, read when the row lock was granted.
+_GUARD_NOW: Final = (
+    "UTC_TIMESTAMP(6) + INTERVAL TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)) MICROSECOND"
+)
 #: Pairs per renew-many statement (bounded by ``max_allowed_packet``, 16 MiB by default).
 MAX_BATCH: Final = 2_000
 #: Every connection's ``sql_mode``: standard assignment in ``ON DUPLICATE KEY UPDATE``, strict
@@ -263,8 +268,8 @@ ORDER BY `key` LIMIT ?3
         now=Statement("now", f"SELECT {NOW}", (), ("now",), decode_now),
         guard=Statement(
             "guard",
-            f"SELECT 1 FROM {t} WHERE `key` = :key AND fence = :fence AND {live} "
-            "LOCK IN SHARE MODE",
+            f"SELECT 1 FROM {t} WHERE `key` = :key AND fence = :fence AND expires_at > "
+            f"{_GUARD_NOW} LOCK IN SHARE MODE",
             ("key", "fence"),
             ("1",),
             decode_one,
