@@ -16,23 +16,41 @@ statement; concurrent migrators take turns on ``GET_LOCK`` (`begin_migration`).
 
 from __future__ import annotations
 
-from typing import Any, Final
+import contextlib
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 
 from ..._core.failures import Failure
+from ..._core.install import pip_install
 from ...capabilities import WakeupSink, WakeupSource
 from ...catalogue import Catalogue, ServerCall
 from ...errors import LeaseDatabaseError, LeaseTimeoutError, LeaseValueError
 from .. import Adaptor, Plan, PlanOptions, SyncExecutor, SyncListener, planned_arguments
-from . import driver, errors, urls
+from . import errors, urls
 from .catalogue import SESSION_SQL_MODE, build_catalogue
+from .sessions import session_sql
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["BACKEND", "MariadbBackend"]
 
 _NO_POOLER: Final = "MariaDB has no pooler mode: leave pooler=None"
+
+
+def _driver() -> ModuleType:
+    """The asyncmy part (`driver`), imported on first use: the drivers are the ``mariadb``
+    extra, and this package is imported whenever URL schemes are looked up."""
+    try:
+        from . import driver
+    except ImportError as exc:
+        raise LeaseValueError(
+            f"MariaDB needs the mariadb extra (asyncmy, PyMySQL): {pip_install('mariadb')}"
+        ) from exc
+    return driver
 
 
 class MariadbBackend:
@@ -77,23 +95,23 @@ class MariadbBackend:
         )
 
     def adaptor(self, timeout: float, synchronous_commit: bool) -> Adaptor:
-        return driver.adaptor(timeout)
+        adaptor: Adaptor = _driver().adaptor(timeout)
+        return adaptor
 
     async def settle(self, fairy: PoolProxiedConnection) -> None:
         """Kill the cancelled statement on the server (``KILL QUERY`` from a second
         connection), so it cannot apply after the caller heard "timeout"."""
         conn: Any = fairy.driver_connection
         if conn is not None and conn.connected:
-            try:
-                await driver.kill_query(conn)
-            except Exception:  # noqa: S110 - best effort: max_statement_time ends it anyway
-                pass
+            # Best effort: max_statement_time ends the statement anyway.
+            with contextlib.suppress(Exception):
+                await _driver().kill_query(conn)
 
     def plan(self, url: URL, options: PlanOptions) -> Plan:
         o = options
         if o.pooler is not None:
             raise LeaseValueError(_NO_POOLER)
-        connect_args, engine_kwargs, listen_args = planned_arguments(o, driver.engine_arguments)
+        connect_args, engine_kwargs, listen_args = planned_arguments(o, _driver().engine_arguments)
         return Plan(
             engine_url=url,
             connect_args=connect_args,
@@ -128,18 +146,20 @@ class MariadbBackend:
             raise LeaseValueError(_NO_POOLER)
         if listen_url is not None:
             raise LeaseValueError("MariaDB has no LISTEN connection: leave listen_url=None")
+        _driver()  # the extra's message when it is missing
         from .sync import MariadbExecutor, UrlSource, connect_kwargs
 
         kwargs = connect_kwargs(url, connect_timeout=connect_timeout, timeout=timeout)
-        source = UrlSource(kwargs, settings=driver.session_sql(timeout), size=pool_size)
+        source = UrlSource(kwargs, settings=session_sql(timeout), size=pool_size)
         return MariadbExecutor(source, where=where, table=table)
 
     def sync_engine_executor(
         self, engine: Engine, table: str, *, where: str, timeout: float
     ) -> SyncExecutor:
+        _driver()
         from .sync import EngineSource, MariadbExecutor
 
-        source = EngineSource(engine, settings=driver.session_sql(timeout))
+        source = EngineSource(engine, settings=session_sql(timeout))
         return MariadbExecutor(source, where=where, table=table)
 
     def sync_listener(

@@ -22,27 +22,16 @@ from typing import Any, Final
 import asyncmy
 from sqlalchemy.pool import PoolProxiedConnection
 
-from ..._core.deadlines import SERVER_SHARE
 from .. import Adaptor, Fetch
-from .catalogue import SESSION_SQL_MODE
 from .errors import NotSentError
 from .placeholders import compiled
+from .sessions import session_sql
 
-__all__ = ["KILL_GRACE", "adaptor", "aware", "engine_arguments", "kill_query", "session_sql"]
+__all__ = ["KILL_GRACE", "adaptor", "aware", "engine_arguments", "kill_query"]
 
 #: Seconds `settle` may take to kill a cancelled statement on the server.
 KILL_GRACE: Final = 5.0
 _SESSION: Final = "sql_lease_session"
-
-
-def session_sql(timeout: float) -> str:
-    """The session settings of a connection whose calls are bounded by ``timeout`` seconds."""
-    server = timeout * SERVER_SHARE
-    return (
-        f"SET SESSION sql_mode = '{SESSION_SQL_MODE}', time_zone = '+00:00', "
-        f"max_statement_time = {server:.3f}, "
-        f"innodb_lock_wait_timeout = {max(1, math.ceil(server))}, autocommit = 1"
-    )
 
 
 def aware(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -1,9 +1,10 @@
 """MariaDB's one classifier and translation: asyncmy, PyMySQL and SQLAlchemy failures.
 
 Both drivers carry the server's (or the client library's) error number as ``args[0]``; the
-classification is by that number, looking through SQLAlchemy's wrappers, else by type. PyMySQL
-is the sync provider's driver: its types are consulted only once it has been imported. The
-caller chains the original exception as ``__cause__``.
+classification is by that number, looking through SQLAlchemy's wrappers, else by type. Both are
+the optional ``mariadb`` extra: their types are consulted only once they have been imported (an
+exception from one cannot exist before), so this module imports without them. The caller chains
+the original exception as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import sys
 from typing import Final
 
-from asyncmy import errors as asyncmy_errors
 from sqlalchemy import exc as sa_exc
 
 from ..._core.failures import Failure, chain, driver_message, migrations_hint
@@ -45,14 +45,17 @@ _UNREACHABLE: Final = frozenset({2002, 2003, 2005})
 #: The server refused the session: access denied (1044, 1045, 1698), unknown database (1049).
 _UNAVAILABLE: Final = frozenset({1044, 1045, 1049, 1698})
 
-_DRIVER_ERRORS: tuple[type[BaseException], ...] = (asyncmy_errors.MySQLError,)
-
 
 def _driver_types() -> tuple[type[BaseException], ...]:
-    pymysql = sys.modules.get("pymysql")
-    if pymysql is None:
-        return _DRIVER_ERRORS
-    return (*_DRIVER_ERRORS, pymysql.err.MySQLError)
+    """The base error classes of the drivers imported so far (asyncmy, PyMySQL)."""
+    found: list[type[BaseException]] = []
+    asyncmy_errors = sys.modules.get("asyncmy.errors")
+    if asyncmy_errors is not None:
+        found.append(asyncmy_errors.MySQLError)
+    pymysql_err = sys.modules.get("pymysql.err")
+    if pymysql_err is not None:
+        found.append(pymysql_err.MySQLError)
+    return tuple(found)
 
 
 def error_code(exc: BaseException) -> int | None:

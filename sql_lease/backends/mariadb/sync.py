@@ -23,7 +23,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
-from .driver import KILL_GRACE, aware, session_sql
+from .driver import KILL_GRACE, aware
 from .errors import translate
 from .placeholders import compiled
 
