@@ -265,20 +265,24 @@ class CoalescedCalls(StatementRunner):
     ) -> Send:
         """Send a batch as its calls' one-row statements (``singles[kind]``, serving
         ``operations[kind]``) in one transaction on one connection (one commit for all;
-        SQLite's writers queue for the file anyway), with the catalogue's ``texts``."""
+        SQLite's writers queue for the file anyway), with the catalogue's ``texts``, in key
+        order (concurrent MariaDB batches in any other order deadlock)."""
         begin = texts.begin_write if write else texts.begin
         commit, rollback = texts.commit, texts.rollback
 
         async def script(fetch: Fetch, batch: list[Waiter]) -> list[list[Row]]:
             _mark_sent(batch)
             await fetch(begin)
+            found: dict[int, list[Row]] = {}
             try:
-                out = [await fetch(singles[w.kind], *w.args) for w in batch]
+                # In key order: the same lock order in every batch (MariaDB's row locks).
+                for w in sorted(batch, key=_key):
+                    found[id(w)] = await fetch(singles[w.kind], *w.args)
             except Exception:
                 await fetch(rollback)
                 raise
             await fetch(commit)
-            return out
+            return [found[id(w)] for w in batch]
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
             name = _named({w.kind for w in batch}, operations)
