@@ -103,7 +103,8 @@ def test_cli_migrate_list_and_offline_sql(make_mariadb_database: Callable[[], st
     "text", ["mysql://u@h/db", "mysql+asyncmy://u@h/db", "mysql+pymysql://u@h/db"]
 )
 def test_mysql_urls_are_refused_with_the_reason(text: str) -> None:
-    with pytest.raises(LeaseValueError, match=r"mysql:// URL is refused: MySQL is not supported.*RETURNING"):
+    refused = r"mysql:// URL is refused: MySQL is not supported.*RETURNING"
+    with pytest.raises(LeaseValueError, match=refused):
         SqlLeaseProvider.from_url(text)
 
 

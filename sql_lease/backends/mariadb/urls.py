@@ -26,9 +26,9 @@ _ALLOWED_QUERY: Final = frozenset(
 )
 
 MYSQL_REFUSED: Final = (
-    "a mysql:// URL is refused: MySQL is not supported, its statements have no RETURNING, which every statement of the "
-    "MariaDB backend needs (one conditional statement per operation that reports the row it "
-    "judged). For MariaDB 10.6 or later use mariadb://user:password@host:3306/database"
+    "a mysql:// URL is refused: MySQL is not supported, its statements have no RETURNING, "
+    "which every statement of the MariaDB backend needs (one conditional statement per "
+    "operation that reports the row it judged). For MariaDB 10.6 or later use mariadb://user:password@host:3306/database"
 )
 
 
