@@ -72,7 +72,10 @@ class CoalescedCalls(StatementRunner):
         self._coalesce = mode
         sql = self._sql
         batches = sql.batches
-        limit = _UNLIMITED if mode is False else IN_FLIGHT
+        # Every call alone: coalescing off, or adaptive on a backend whose batches would only
+        # serialise what its separate statements do in parallel (`Transaction.waits`).
+        alone = mode is False or (mode is True and batches is None and not _transaction(sql).waits)
+        limit = _UNLIMITED if alone else IN_FLIGHT
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:
@@ -81,7 +84,7 @@ class CoalescedCalls(StatementRunner):
             )
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
-        write_limit = limit if mode is False else WRITES_IN_FLIGHT
+        write_limit = limit if alone else WRITES_IN_FLIGHT
         shared = Coalescer(
             send,
             limit=write_limit,

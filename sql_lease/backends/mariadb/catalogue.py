@@ -82,12 +82,16 @@ SESSION_SQL_MODE: Final = (
     "STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION,SIMULTANEOUS_ASSIGNMENT"
 )
 #: Coalesced calls go out as their one-row statements in one transaction (in key order: the
-#: same lock order in every batch, or concurrent batches deadlock).
+#: same lock order in every batch, or concurrent batches deadlock); only with
+#: ``coalesce="always"``: with the default, a call never waits for a batch (``waits=False``),
+#: as separate statements on their own connections ran faster at 16 and 64 callers
+#: (benchmarks/bench_mariadb.py).
 TRANSACTION: Final = Transaction(
     begin_write="START TRANSACTION",
     begin="START TRANSACTION READ ONLY",
     commit="COMMIT",
     rollback="ROLLBACK",
+    waits=False,
 )
 
 _COLUMNS: Final = "`key`, owner, fence, expires_at, acquired_at, wanted_until"
