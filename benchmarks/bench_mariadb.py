@@ -213,17 +213,18 @@ async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, A
             label = f"{cell}_c{callers}"
             per: dict[str, list[float]] = {name: [] for name in impls}
             anomalies = 0
-            opened = {name: await open_impl(name, urls, callers) for name in impls}
-            try:
-                for _ in range(args.rounds):
-                    for name in impls:
-                        ops = opened[name][0]
+            for _ in range(args.rounds):
+                for name in impls:
+                    # One implementation's pool open at a time (MariaDB's max_connections is
+                    # 151 by default); a short warm-up run opens its connections first.
+                    ops, close = await open_impl(name, urls, callers)
+                    try:
+                        await run_workers(callers, 0.05, worker_for(cell, ops, run))
                         m = await run_workers(callers, args.duration, worker_for(cell, ops, run))
-                        per[name].append(m.count / m.elapsed_s)
-                        anomalies += m.anomalies
-            finally:
-                for _, close in opened.values():
-                    await close()
+                    finally:
+                        await close()
+                    per[name].append(m.count / m.elapsed_s)
+                    anomalies += m.anomalies
             results[label] = {
                 "ops_per_s": {n: round(statistics.median(v), 1) for n, v in per.items()},
                 "anomalies": anomalies,

@@ -42,8 +42,8 @@ class StatementEvent:
     ``"get_lease"``, ``"list_leases"``, ``"purge_expired"``, ``"force_release"``, ``"want"``
     (a waiter marking a key wanted), ``"now"``); one call may run several statements (an
     acquire that reads a contended key first, a purge in batches). ``backend`` is
-    ``"postgresql"``, ``"sqlite"`` or ``"memory"``. ``seconds`` is the time the statement took
-    as the caller saw it (pool checkout and retries on a fresh connection included). ``error``
+    ``"postgresql"``, ``"sqlite"``, ``"mariadb"`` or ``"memory"``. ``seconds`` is the time the
+    statement took as the caller saw it (pool checkout and retries on a fresh connection included). ``error``
     is what the call raised (a `LeaseError` subclass, or `asyncio.CancelledError` when the
     caller was cancelled), else None. ``rows`` is how many rows the statement returned (the
     ``db.response.returned_rows`` of OpenTelemetry): for renew, transfer, release and

@@ -84,14 +84,15 @@ def otel() -> Telemetry:
     return telemetry(spans=False)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def url(backend: str, request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue("database_url" if backend == "postgresql" else "sqlite_url"))
+    fixture = {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}
+    return str(request.getfixturevalue(fixture[backend]))
 
 
 @pytest.fixture
