@@ -280,3 +280,25 @@ async def test_a_deadlock_is_classified_as_a_conflict_nothing_applied(url: str) 
     finally:
         one.close()
         two.close()
+
+
+def test_the_sync_provider_and_its_guard_on_pymysql(url: str) -> None:
+    from sqlalchemy import create_engine
+
+    from sql_lease.sync import SqlLeaseProvider as SyncProvider
+
+    engine = create_engine(url.replace("mariadb:", "mariadb+pymysql:", 1))
+    try:
+        with SyncProvider.from_url(url, timeout=5) as p:
+            got = p.acquire_lease("sync\0job", "me", LONG)
+            assert got.acquired
+            assert not p.acquire_lease("sync\0job", "you", LONG).acquired
+            with engine.begin() as conn:
+                p.guard(conn, "sync\0job", got.fence)
+            assert p.transfer_lease("sync\0job", "me", "you", LONG)
+            with engine.begin() as conn, pytest.raises(LeaseLost):
+                p.guard(conn, "sync\0job", got.fence)
+        with SyncProvider(engine) as borrowed:  # a caller's engine
+            assert borrowed.get_lease_owner("sync\0job") == "you"
+    finally:
+        engine.dispose()
