@@ -212,6 +212,7 @@ async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, A
         for callers in args.callers:
             label = f"{cell}_c{callers}"
             per: dict[str, list[float]] = {name: [] for name in impls}
+            cpu: dict[str, list[float]] = {name: [] for name in impls}
             anomalies = 0
             for _ in range(args.rounds):
                 for name in impls:
@@ -224,9 +225,13 @@ async def measure(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, A
                     finally:
                         await close()
                     per[name].append(m.count / m.elapsed_s)
+                    cpu[name].append(m.cpu_s / max(1, m.count) * 1e6)
                     anomalies += m.anomalies
             results[label] = {
                 "ops_per_s": {n: round(statistics.median(v), 1) for n, v in per.items()},
+                # This process's CPU per call (client cost: event loop, driver, library): far
+                # less sensitive than throughput to a loaded machine.
+                "cpu_us_per_op": {n: round(statistics.median(v), 1) for n, v in cpu.items()},
                 "anomalies": anomalies,
             }
             for name in ("library", "single"):
@@ -247,6 +252,16 @@ def table(results: dict[str, Any]) -> str:
         cells = [f"{r['ops_per_s'].get(n, 0):,.0f}" for n in names]
         ratios = [r.get(f"{n}_vs_raw", "-") for n in ("library", "single")]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {ratios[0]} | {ratios[1]} |")
+    lines += [
+        "",
+        "CPU of this process per call, microseconds:",
+        "",
+        "| cell | " + " | ".join(names) + " |",
+        "| --- | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for label, r in results.items():
+        cells = [f"{r['cpu_us_per_op'].get(n, 0):,.0f}" for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

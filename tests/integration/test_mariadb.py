@@ -302,3 +302,22 @@ def test_the_sync_provider_and_its_guard_on_pymysql(url: str) -> None:
             assert borrowed.get_lease_owner("sync\0job") == "you"
     finally:
         engine.dispose()
+
+
+async def test_an_unreachable_server_is_a_typed_error_nothing_sent() -> None:
+    async with SqlLeaseProvider.from_url(
+        "mariadb://root@127.0.0.1:1/nowhere", timeout=3, connect_timeout=1
+    ) as p:
+        with pytest.raises(LeaseConnectionError) as caught:
+            await p.acquire_lease("k", "o", LONG)
+        assert not caught.value.outcome_unknown
+
+
+async def test_a_database_without_the_migrations_is_a_schema_error(
+    make_mariadb_database: Callable[[], str],
+) -> None:
+    from sql_lease.errors import LeaseSchemaError
+
+    async with SqlLeaseProvider.from_url(make_mariadb_database(), timeout=5) as p:
+        with pytest.raises(LeaseSchemaError, match="migrations"):
+            await p.acquire_lease("k", "o", LONG)

@@ -47,21 +47,19 @@ def adaptor(timeout: float) -> Adaptor:
     def fetch_of(fairy: PoolProxiedConnection) -> Fetch:
         conn: Any = fairy.driver_connection
         info = fairy.info
+        cursor = conn.cursor()  # one buffered cursor per connection: each execute resets it
+        fresh = [info.get(_SESSION) != settings]
 
         async def fetch(sql: str, *args: object) -> list[tuple[Any, ...]]:
             if not conn.connected:
                 raise NotSentError("the MariaDB connection is closed")
-            cursor = conn.cursor()
-            try:
-                if info.get(_SESSION) != settings:
-                    await cursor.execute(settings)
-                    info[_SESSION] = settings
-                    info["sql_lease_thread"] = conn.thread_id()
-                text, order = compiled(sql)
-                await cursor.execute(text, tuple([args[i] for i in order]))
-                rows = await cursor.fetchall()
-            finally:
-                await cursor.close()
+            if fresh[0]:
+                await cursor.execute(settings)
+                info[_SESSION] = settings
+                fresh[0] = False
+            text, order = compiled(sql)
+            await cursor.execute(text, tuple([args[i] for i in order]))
+            rows = await cursor.fetchall()
             return [aware(row) for row in rows] if rows else []
 
         return fetch
