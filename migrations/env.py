@@ -89,7 +89,11 @@ def _run() -> None:
         context.run_migrations()
         if _reached_base:
             # `downgrade base` removes everything, the version table included.
-            context.execute(f"DROP TABLE IF EXISTS {names.qualified(names.version_table)}")
+            dialect = context.get_context().dialect
+            table = names.qualified(names.version_table)
+            if dialect.name == "mariadb":  # no double-quoted names in its default sql_mode
+                table = dialect.identifier_preparer.quote(names.version_table)
+            context.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def run_offline() -> None:

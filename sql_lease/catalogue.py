@@ -234,6 +234,12 @@ class Transaction:
     begin: str
     commit: str
     rollback: str
+    #: True: a call that finds a statement of its kind in flight waits for the next batch
+    #: (SQLite: its writers queue for the file anyway). False: it runs its own statement at once
+    #: (MariaDB: separate statements run in parallel on their row locks, where a transaction of
+    #: one-row statements would only serialise them); batches then form only with
+    #: ``coalesce="always"``.
+    waits: bool = True
 
 
 @dataclass(frozen=True, slots=True)

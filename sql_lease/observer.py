@@ -42,17 +42,17 @@ class StatementEvent:
 
     ``operation`` is the provider method it served (``"acquire_lease"``, ``"renew_lease"``,
     ``"renew_leases"``, ``"transfer_lease"``, ``"release_lease"``, ``"get_lease_owner"``,
-    ``"get_lease"``, ``"list_leases"``, ``"purge_expired"``, ``"force_release"``, ``"want"``
-    (a waiter marking a key wanted), ``"now"``); one call may run several statements (an
-    acquire that reads a contended key first, a purge in batches). ``backend`` is
-    ``"postgresql"``, ``"sqlite"`` or ``"memory"``. ``seconds`` is the time the statement took
-    as the caller saw it (pool checkout and retries on a fresh connection included). ``error``
-    is what the call raised (a `LeaseError` subclass, or `asyncio.CancelledError` when the
-    caller was cancelled), else None. ``rows`` is how many rows the statement returned (the
+    ``"get_lease"``, ``"list_leases"``, ``"purge_expired"``, ``"force_release"``, ``"want"`` (a
+    waiter marking a key wanted), ``"now"``); one call may run several statements (an acquire
+    that reads a contended key first, a purge in batches). ``backend`` is ``"postgresql"``,
+    ``"sqlite"``, ``"mariadb"`` or ``"memory"``. ``seconds`` is the time the statement took as
+    the caller saw it (pool checkout and retries on a fresh connection included). ``error`` is
+    what the call raised (a `LeaseError` subclass, or `asyncio.CancelledError` when the caller
+    was cancelled), else None. ``rows`` is how many rows the statement returned (the
     ``db.response.returned_rows`` of OpenTelemetry): for renew, transfer, release and
-    get_lease_owner, 1 when it took effect or found a holder and 0 when not; None on error
-    and in memory. How a lease call ended for the caller is the method's return value; for
-    held leases it is also a `LeaseEvent`.
+    get_lease_owner, 1 when it took effect or found a holder and 0 when not; None on error and
+    in memory. How a lease call ended for the caller is the method's return value; for held
+    leases it is also a `LeaseEvent`.
     """
 
     operation: str

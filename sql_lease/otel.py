@@ -7,8 +7,9 @@
 Follows the OpenTelemetry semantic conventions for database clients. Recorded:
 
 * ``db.client.operation.duration`` (histogram, seconds, the conventions' bucket boundaries):
-  one measurement per statement, with ``db.system.name`` (``"postgresql"``, ``"sqlite"``, or
-  ``"memory"`` for `InMemoryLeaseProvider`, which has no registered name), ``db.operation.name``
+  one measurement per statement, with ``db.system.name`` (``"postgresql"``, ``"sqlite"``,
+  ``"mariadb"``, or ``"memory"`` for `InMemoryLeaseProvider`, which has no registered name),
+  ``db.operation.name``
   (the provider method: ``"acquire_lease"``, ``"renew_lease"``, ...) and, on failures,
   ``error.type`` (the exception's qualified class name, e.g.
   ``"sql_lease.errors.LeaseTimeoutError"``) and ``db.response.status_code`` (the SQLSTATE,

@@ -18,6 +18,8 @@ from sqlalchemy.engine import URL, make_url
 
 from sql_lease import SqlLeaseProvider, migrate
 
+from . import _mariadb
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -86,6 +88,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     against the last test."""
     while _MADE:
         _MADE.pop().drop()
+    _mariadb.drop_made()
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +111,7 @@ async def emptied_provider(url: str, **kwargs: Any) -> AsyncIterator[SqlLeasePro
     """A provider on ``url`` (``from_url(url, timeout=10, **kwargs)``) whose leases table is
     emptied first; closed afterwards. The body of the provider fixtures."""
     provider = SqlLeaseProvider.from_url(url, timeout=10, **kwargs)
-    empty = "DELETE FROM leases" if url.startswith("sqlite") else "TRUNCATE leases"
+    empty = "DELETE FROM leases" if url.startswith(("sqlite", "mariadb")) else "TRUNCATE leases"
     async with provider.engine.connect() as conn:
         await conn.exec_driver_sql(empty)
         await conn.commit()
@@ -141,4 +144,38 @@ async def batched_sql_provider(database_url: str) -> AsyncIterator[SqlLeaseProvi
 async def batched_sqlite_provider(sqlite_url: str) -> AsyncIterator[SqlLeaseProvider]:
     """As `sqlite_provider`, with every call sent through a coalesced batch (``"always"``)."""
     async for provider in emptied_provider(sqlite_url, coalesce="always"):
+        yield provider
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> URL:
+    """The MariaDB server under test (`tests._mariadb`): fails under CI=true when unreachable."""
+    return _mariadb.require_server()
+
+
+@pytest.fixture
+def make_mariadb_database(mariadb_server: URL) -> Callable[[], str]:
+    """Factory for empty MariaDB databases (``sql_lease_t_<random>``), dropped at the end."""
+    return lambda: _mariadb.make_database(mariadb_server)
+
+
+@pytest.fixture(scope="session")
+def mariadb_url(mariadb_server: URL) -> str:
+    """A migrated MariaDB database for this session."""
+    url = _mariadb.make_database(mariadb_server)
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def mariadb_provider(mariadb_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """A provider on the session's MariaDB database, with the leases table emptied first."""
+    async for provider in emptied_provider(mariadb_url):
+        yield provider
+
+
+@pytest.fixture
+async def batched_mariadb_provider(mariadb_url: str) -> AsyncIterator[SqlLeaseProvider]:
+    """As `mariadb_provider`, with every call sent through a coalesced batch (``"always"``)."""
+    async for provider in emptied_provider(mariadb_url, coalesce="always"):
         yield provider

@@ -41,9 +41,33 @@ def _sqlite_ddl(t: str) -> list[str]:
     ]
 
 
+def _mariadb() -> bool:
+    return op.get_context().dialect.name == "mariadb"
+
+
+# Frozen with this revision: MariaDB's leases table (VARBINARY keys: NUL-safe bytes that fit
+# InnoDB's index limit; DATETIME(6) in UTC, the server's UTC_TIMESTAMP(6)) and its fence
+# sequence (NOCACHE: every value taken in order). 0002 adds wanted_until.
+def _mariadb_ddl(t: str, sequence: str) -> list[str]:
+    return [
+        f"CREATE SEQUENCE `{sequence}` START WITH 1 INCREMENT BY 1 MINVALUE 1 NOCACHE NOCYCLE",
+        f"CREATE TABLE `{t}` (`key` VARBINARY(1024) NOT NULL, owner VARBINARY(1024) NOT NULL, "
+        "fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, "
+        "acquired_at DATETIME(6) NOT NULL, "
+        "PRIMARY KEY (`key`), "
+        f"CONSTRAINT `{t}_key_len` CHECK (LENGTH(`key`) BETWEEN 1 AND 1024), "
+        f"CONSTRAINT `{t}_owner_len` CHECK (LENGTH(owner) BETWEEN 1 AND 1024)) "
+        "ENGINE=InnoDB COMMENT='sql_lease: one row per lease key'",
+    ]
+
+
 def upgrade() -> None:
     names = migration_names()
     t = names.table
+    if _mariadb():
+        for statement in _mariadb_ddl(t, names.sequence):
+            op.execute(statement)
+        return
     if not _sqlite():
         # CACHE 1: a per-session cache would hand out fences out of order across connections.
         op.execute(
@@ -71,6 +95,10 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     names = migration_names()
+    if _mariadb():
+        op.execute(f"DROP TABLE `{names.table}`")
+        op.execute(f"DROP SEQUENCE `{names.sequence}`")
+        return
     op.drop_table(names.table, schema=names.schema)  # SQLite drops the triggers with it
     if _sqlite():
         op.drop_table(_counter_table_name(names.table))

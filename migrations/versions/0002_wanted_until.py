@@ -18,8 +18,15 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+def _mariadb() -> bool:
+    return op.get_context().dialect.name == "mariadb"
+
+
 def upgrade() -> None:
     names = migration_names()
+    if _mariadb():  # DATETIME(6): microseconds, UTC as every time of the table
+        op.execute(f"ALTER TABLE `{names.table}` ADD COLUMN wanted_until DATETIME(6) NULL")
+        return
     op.add_column(
         names.table,
         sa.Column(
@@ -34,4 +41,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     names = migration_names()
+    if _mariadb():
+        op.execute(f"ALTER TABLE `{names.table}` DROP COLUMN wanted_until")
+        return
     op.drop_column(names.table, "wanted_until", schema=names.schema)

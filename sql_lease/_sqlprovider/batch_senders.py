@@ -72,7 +72,10 @@ class CoalescedCalls(StatementRunner):
         self._coalesce = mode
         sql = self._sql
         batches = sql.batches
-        limit = _UNLIMITED if mode is False else IN_FLIGHT
+        # Every call alone: coalescing off, or adaptive on a backend whose batches would only
+        # serialise what its separate statements do in parallel (`Transaction.waits`).
+        alone = mode is False or (mode is True and batches is None and not _transaction(sql).waits)
+        limit = _UNLIMITED if alone else IN_FLIGHT
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:
@@ -81,7 +84,7 @@ class CoalescedCalls(StatementRunner):
             )
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
-        write_limit = limit if mode is False else WRITES_IN_FLIGHT
+        write_limit = limit if alone else WRITES_IN_FLIGHT
         shared = Coalescer(
             send,
             limit=write_limit,
@@ -265,20 +268,24 @@ class CoalescedCalls(StatementRunner):
     ) -> Send:
         """Send a batch as its calls' one-row statements (``singles[kind]``, serving
         ``operations[kind]``) in one transaction on one connection (one commit for all;
-        SQLite's writers queue for the file anyway), with the catalogue's ``texts``."""
+        SQLite's writers queue for the file anyway), with the catalogue's ``texts``, in key
+        order (concurrent MariaDB batches in any other order deadlock)."""
         begin = texts.begin_write if write else texts.begin
         commit, rollback = texts.commit, texts.rollback
 
         async def script(fetch: Fetch, batch: list[Waiter]) -> list[list[Row]]:
             _mark_sent(batch)
             await fetch(begin)
+            found: dict[int, list[Row]] = {}
             try:
-                out = [await fetch(singles[w.kind], *w.args) for w in batch]
+                # In key order: the same lock order in every batch (MariaDB's row locks).
+                for w in sorted(batch, key=_key):
+                    found[id(w)] = await fetch(singles[w.kind], *w.args)
             except Exception:
                 await fetch(rollback)
                 raise
             await fetch(commit)
-            return out
+            return [found[id(w)] for w in batch]
 
         async def send(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
             name = _named({w.kind for w in batch}, operations)

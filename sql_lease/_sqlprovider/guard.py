@@ -33,6 +33,7 @@ __all__ = [
     "guard_passed",
     "guard_prepared",
     "guard_statement",
+    "in_autocommit",
 ]
 
 
@@ -51,7 +52,7 @@ def guard_arguments(key: str, fence: object) -> bytes:
 
 
 def guard_statement(catalogue: Catalogue, dialect: str) -> str:
-    """The catalogue's guard statement for a connection of ``dialect`` (PostgreSQL only)."""
+    """The catalogue's guard statement for a connection of ``dialect`` (PostgreSQL, MariaDB)."""
     statement = catalogue.guard
     if statement is None or dialect != catalogue.dialect:
         # Only PostgreSQL's catalogue has a guard (SQLite cannot lock a row FOR SHARE).
@@ -85,9 +86,18 @@ def guard_passed(row: object, key: str, fence: int) -> None:
         raise LeaseLost(key, None, fence, "the fence is not the live fence of the key")
 
 
+def in_autocommit(dbapi_connection: object) -> bool:
+    """Whether a DBAPI connection is in autocommit mode (async and sync): an attribute on
+    PostgreSQL's and SQLite's drivers, ``get_autocommit()`` on MariaDB's."""
+    getter = getattr(dbapi_connection, "get_autocommit", None)
+    if callable(getter):
+        return bool(getter())
+    return bool(getattr(dbapi_connection, "autocommit", False))
+
+
 async def _autocommit(conn: AsyncConnection) -> bool:
     raw = await conn.get_raw_connection()
-    return bool(getattr(raw.dbapi_connection, "autocommit", False))
+    return in_autocommit(raw.dbapi_connection)
 
 
 async def guard(

@@ -302,6 +302,7 @@ class Backend(Dialect, AsyncExecution, SyncExecution, Migrations, Protocol):
 _BACKENDS: Final = {
     ("postgresql", "asyncpg"): "postgres",
     ("sqlite", "aiosqlite"): "sqlite",
+    ("mariadb", "asyncmy"): "mariadb",
 }
 #: Engines only ``from_url`` builds (marked with the `POOLED` execution option): PostgreSQL
 #: behind a transaction pooler runs on psycopg (see the backend's ``plan``).

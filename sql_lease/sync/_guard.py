@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._sqlprovider.guard import guard_failed, guard_passed, guard_prepared
+from .._sqlprovider.guard import guard_failed, guard_passed, guard_prepared, in_autocommit
 from ..errors import LeaseValueError
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def guard(catalogue: Catalogue, backend: Dialect, conn: Connection, key: str, fe
     clause, values = guard_prepared(catalogue, conn, Connection, "a sync Connection", key, fence)
     try:
         driver = conn.connection.dbapi_connection
-        if bool(getattr(driver, "autocommit", False)):
+        if in_autocommit(driver):
             raise LeaseValueError("guard needs a transaction: conn is in AUTOCOMMIT mode")
         row = conn.execute(clause, values).first()
     except DBAPIError as exc:

@@ -19,6 +19,8 @@ PROVIDERS = [
     "postgresql-batched",
     "sqlite-batched",
     "pgbouncer-transaction",
+    "mariadb",
+    "mariadb-batched",
 ]
 
 
@@ -36,6 +38,8 @@ def provider(
         "sqlite-batched": "batched_sqlite_provider",
         # Through a real PgBouncer in transaction pooling (server connections move).
         "pgbouncer-transaction": "pgbouncer_provider",
+        "mariadb": "mariadb_provider",
+        "mariadb-batched": "batched_mariadb_provider",
     }[request.param]
     sql: SqlLeaseProvider = request.getfixturevalue(fixture)
     return sql

@@ -120,9 +120,11 @@ async def test_the_in_memory_provider_closes_too() -> None:
         await provider.acquire_lease("k", "o", LONG)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def url(request: pytest.FixtureRequest) -> str:
-    name = {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
+    name = {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}[
+        request.param
+    ]
     value: str = request.getfixturevalue(name)
     return value
 
@@ -132,6 +134,8 @@ def _engine_for(url: str) -> Any:
     if url.startswith("sqlite:"):
         driver_url = url.replace("sqlite:", "sqlite+aiosqlite:", 1)
         return create_async_engine(driver_url, connect_args={"isolation_level": None})
+    if url.startswith("mariadb:"):
+        return create_async_engine(url.replace("mariadb:", "mariadb+asyncmy:", 1))
     return create_async_engine(url.replace("postgresql:", "postgresql+asyncpg:", 1))
 
 

@@ -36,18 +36,22 @@ EVERY = 100
 async def _move_fence(provider: SqlLeaseProvider, key: str, fence: int) -> int:
     """Give the row of ``key`` another fence, as the older row of a failover would have."""
     other = fence - 1 if fence > 1 else fence + 1
+    column = provider.engine.dialect.identifier_preparer.quote("key")  # reserved on MariaDB
     async with provider.engine.connect() as conn:
         done = await conn.execute(
-            text("UPDATE leases SET fence = :f WHERE key = :k"), {"f": other, "k": key.encode()}
+            text(f"UPDATE leases SET fence = :f WHERE {column} = :k"),
+            {"f": other, "k": key.encode()},
         )
         await conn.commit()
     assert done.rowcount == 1
     return other
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def sql_url(request: pytest.FixtureRequest) -> str:
-    name = {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
+    name = {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}[
+        request.param
+    ]
     url: str = request.getfixturevalue(name)
     return url
 
@@ -57,8 +61,8 @@ async def sql(sql_url: str) -> Any:
     recorder = Recorder()
     provider = SqlLeaseProvider.from_url(sql_url, timeout=10, observer=recorder)
     async with provider.engine.connect() as conn:
-        sqlite = sql_url.startswith("sqlite")
-        await conn.exec_driver_sql("DELETE FROM leases" if sqlite else "TRUNCATE leases")
+        plain = sql_url.startswith(("sqlite", "mariadb"))
+        await conn.exec_driver_sql("DELETE FROM leases" if plain else "TRUNCATE leases")
         await conn.commit()
     yield provider, recorder
     await provider.aclose()

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 import psycopg
 from sqlalchemy.engine import make_url
 
+from .. import _mariadb
+
 
 def key() -> str:
     return f"obs:{uuid.uuid4().hex[:12]}"
@@ -17,8 +19,18 @@ def key() -> str:
 
 @contextmanager
 def row_locked(url: str, backend: str, k: str) -> Iterator[None]:
-    """Another connection holds a write lock on ``k``'s row (PostgreSQL) or the file (SQLite)."""
-    if backend == "postgresql":
+    """Another connection holds a write lock on ``k``'s row (PostgreSQL, MariaDB) or the file
+    (SQLite)."""
+    if backend == "mariadb":
+        u = make_url(url)
+        with _mariadb.admin_connect(u, u.database) as conn, conn.cursor() as cursor:
+            cursor.execute("START TRANSACTION")
+            cursor.execute("SELECT 1 FROM leases WHERE `key` = %s FOR UPDATE", (k.encode(),))
+            try:
+                yield
+            finally:
+                cursor.execute("ROLLBACK")
+    elif backend == "postgresql":
         u = make_url(url)
         pg = psycopg.connect(host=u.host, port=u.port, user=u.username, dbname=u.database)
         try:

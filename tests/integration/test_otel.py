@@ -84,14 +84,15 @@ def otel() -> Telemetry:
     return telemetry(spans=False)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def url(backend: str, request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue("database_url" if backend == "postgresql" else "sqlite_url"))
+    fixture = {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}
+    return str(request.getfixturevalue(fixture[backend]))
 
 
 @pytest.fixture
@@ -187,6 +188,9 @@ async def test_a_lock_timeout_is_recorded_with_its_error_type(
     if backend == "postgresql":
         # lock_timeout and statement_timeout are equal: either may cancel the statement.
         assert failed.attributes["db.response.status_code"] in {"55P03", "57014"}
+    elif backend == "mariadb":
+        # max_statement_time (70100, interrupted) or innodb_lock_wait_timeout (HY000).
+        assert failed.attributes["db.response.status_code"] in {"70100", "HY000"}
     else:
         assert "db.response.status_code" not in failed.attributes
 

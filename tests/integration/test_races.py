@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sql_lease import SqlLeaseProvider
+from sql_lease import SqlLeaseProvider, migrate
 
 from ._race_workers import Event, chain_holder, hammer, racer
 
@@ -106,9 +106,14 @@ def test_the_history_checker_catches_two_live_owners() -> None:
         check_history(nameless)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def race_url(request: pytest.FixtureRequest) -> str:
-    """The database every racing process connects to: PostgreSQL, or one SQLite file."""
+    """The database every racing process connects to: PostgreSQL, one SQLite file, or a
+    MariaDB database of the test's own."""
+    if request.param == "mariadb":
+        made: str = request.getfixturevalue("make_mariadb_database")()
+        migrate.upgrade(made)
+        return made
     fixture = {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
     url: str = request.getfixturevalue(fixture)
     return url

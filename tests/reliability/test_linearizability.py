@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sql_lease import SqlLeaseProvider
+from sql_lease import SqlLeaseProvider, migrate
 
 from ._history import Op, check_history, search, us
 from ._workers import Plan, calibrate, process_worker, run_clients, to_ops
@@ -299,8 +299,21 @@ def refuted(ops: list[Op], falsified: Op) -> bool:
     return not linearizable
 
 
+@pytest.fixture(params=["postgresql", "mariadb"])
+def history_url(request: pytest.FixtureRequest) -> str:
+    """The database the processes race on: the session's PostgreSQL database, or a MariaDB
+    database of the test's own."""
+    if request.param == "mariadb":
+        made: str = request.getfixturevalue("make_mariadb_database")()
+        migrate.upgrade(made)
+        return made
+    url: str = request.getfixturevalue("database_url")
+    return url
+
+
 @pytest.mark.timeout(SOAK_SECONDS + 120)
-def test_histories_from_racing_processes_are_linearizable(database_url: str) -> None:
+def test_histories_from_racing_processes_are_linearizable(history_url: str) -> None:
+    database_url = history_url
     with pool(PROCESSES) as ex:
         soak_rounds(
             lambda keys, seed: run_round(ex, database_url, keys, seed=seed),
@@ -313,11 +326,12 @@ def test_histories_from_racing_processes_are_linearizable(database_url: str) -> 
 @pytest.mark.timeout(SOAK_SECONDS + 120)
 @pytest.mark.parametrize("coalesce", ["always", True])
 def test_histories_of_coalesced_calls_are_linearizable(
-    database_url: str, coalesce: bool | str
+    history_url: str, coalesce: bool | str
 ) -> None:
     """More clients per process, so that calls wait together and go out as multi-row
     statements: every caller's answer must still fit the sequential model ("always" sends
     every call through a batch; True lets batches form only from calls already waiting)."""
+    database_url = history_url
     COALESCED.clear()
     with pool(PROCESSES) as ex:
         soak_rounds(

@@ -18,7 +18,7 @@ from sql_lease.sync import InMemoryLeaseProvider, SqlLeaseProvider
 from ..infra.pgbouncer import PgBouncer
 
 #: "pgbouncer": PostgreSQL through a real PgBouncer in transaction mode (``pooler=``).
-PROVIDERS = ["memory", "postgresql", "sqlite", "pgbouncer"]
+PROVIDERS = ["memory", "postgresql", "sqlite", "pgbouncer", "mariadb"]
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +51,13 @@ def _sync_provider(request: pytest.FixtureRequest, backend: str) -> Any:
         provider.executor.run("setup", True, "TRUNCATE leases", (), 10)
         return provider
     url: str = request.getfixturevalue(
-        {"postgresql": "database_url", "sqlite": "sqlite_url"}[backend]
+        {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}[backend]
     )
     provider = SqlLeaseProvider.from_url(url, timeout=10)
     provider.executor.run(
         "setup",
         True,
-        "DELETE FROM leases" if backend == "sqlite" else "TRUNCATE leases",
+        "DELETE FROM leases" if backend in ("sqlite", "mariadb") else "TRUNCATE leases",
         (),
         10,
     )

@@ -18,6 +18,7 @@ from multiprocessing.pool import Pool
 
 import pytest
 
+from sql_lease import migrate
 from tests.reliability._history import Op
 from tests.reliability._workers import Plan, to_ops
 from tests.reliability.test_linearizability import soak_rounds
@@ -30,8 +31,12 @@ THREADS = 3  # client threads per process
 OPS_PER_ROUND = 60  # per client
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def history_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "mariadb":  # a database of the test's own
+        made: str = request.getfixturevalue("make_mariadb_database")()
+        migrate.upgrade(made)
+        return made
     url: str = request.getfixturevalue(
         {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
     )

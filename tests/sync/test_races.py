@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from sql_lease import migrate
 from tests.integration._race_workers import Event
 from tests.integration.test_races import check_history
 
@@ -32,11 +33,15 @@ MAX_ROUNDS = int(os.environ.get("SQL_LEASE_SYNC_RACE_ROUNDS", "6"))
 PROCESSES, THREADS = 3, 4
 
 
-@pytest.fixture(params=["postgresql", "sqlite", "pgbouncer"])
+@pytest.fixture(params=["postgresql", "sqlite", "pgbouncer", "mariadb"])
 def race_target(request: pytest.FixtureRequest) -> tuple[str, str | None]:
     """The URL the workers race on and its ``pooler=`` (PgBouncer in transaction mode)."""
     if request.param == "pgbouncer":
         return pooled_url(request), "transaction"
+    if request.param == "mariadb":  # a database of the test's own
+        made: str = request.getfixturevalue("make_mariadb_database")()
+        migrate.upgrade(made)
+        return made, None
     url: str = request.getfixturevalue(
         {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
     )
