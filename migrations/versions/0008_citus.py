@@ -50,7 +50,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-import sqlalchemy as sa
 from alembic import op
 
 from sql_lease.migrate import migration_names
@@ -206,7 +205,8 @@ DECLARE
   t_now timestamptz := clock_timestamp();
 BEGIN
   RETURN QUERY UPDATE @t@ AS l
-  SET wanted_until = GREATEST(l.wanted_until, t_now + $2::double precision * interval '1 millisecond')
+  SET wanted_until = GREATEST(l.wanted_until,
+                              t_now + $2::double precision * interval '1 millisecond')
   WHERE l.key = $1 AND l.expires_at > t_now RETURNING l.owner, l.fence, l.expires_at;
 END""",
     ),
