@@ -63,7 +63,7 @@ class PostgresBackend:
 
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
         functions.register(table_name, schema, home)  # the calls pooler mode sends instead
-        citus.register(table_name, schema, home)  # and those only a Citus database has
+        citus.register(table_name, schema, home)  # the calls sent to a Citus coordinator
         return build_catalogue(table_name, schema, home)
 
     def server_calls(self, table_name: str, schema: str) -> dict[str, ServerCall]:

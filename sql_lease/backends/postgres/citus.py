@@ -31,18 +31,27 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import await_only
 
+from ...catalogue import WRITE_KINDS
 from .. import Fetch
 from . import functions
 from .catalogue import build_catalogue, quote_ident
 
-__all__ = ["DETECT_SQL", "Detected", "call_for", "fetch_for", "polls", "register", "watch"]
+__all__ = ["DETECT_SQL", "DISTRIBUTED_SQL", "Detected", "fetch_for", "polls", "register", "watch"]
 
 logger = logging.getLogger("sql_lease")
 
-#: Whether this database has Citus (one query, at the first connection).
+#: Whether this database has Citus (one query, at the first connection) ...
 DETECT_SQL: Final = (
     "SELECT EXISTS (SELECT FROM pg_catalog.pg_extension"
     " WHERE extname OPERATOR(pg_catalog.=) 'citus')"
+)
+#: ... and then which tables are distributed (schema, name): only their statements become calls
+#: (before 0008 the table is a plain table on the coordinator, which takes the statements).
+DISTRIBUTED_SQL: Final = (
+    "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text"
+    " FROM pg_catalog.pg_dist_partition AS p"
+    " JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid"
+    " JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
 )
 #: Catalogue statements with a function of migration 0008 only: attribute, function, arity.
 _EXTRA: Final = (
@@ -51,55 +60,78 @@ _EXTRA: Final = (
     ("purge_batch", "purge", 2),
 )
 
+Table = tuple[str, str]
+
 
 class Detected:
-    """One provider's answer: None until its first connection said whether it is Citus."""
+    """One provider's answer: ``citus`` None until its first connection said whether the
+    database is Citus; ``tables``, the distributed tables (schema, name)."""
 
-    __slots__ = ("__weakref__", "citus")
+    __slots__ = ("__weakref__", "citus", "tables")
 
     def __init__(self) -> None:
         self.citus: bool | None = None
+        self.tables: frozenset[Table] = frozenset()
 
-    def learn(self, citus: bool) -> None:
-        if self.citus is None and citus:
+    async def ask(self, conn: asyncpg.Connection) -> None:
+        """Ask ``conn``'s database (once per provider)."""
+        citus = bool(await conn.fetchval(DETECT_SQL))
+        if citus:
+            self.tables = frozenset((s, t) for s, t in await conn.fetch(DISTRIBUTED_SQL))
             logger.info(
-                "sql_lease: Citus detected: lease calls go to the distributed functions of"
-                " migration 0008 (run on the worker holding each key)"
+                "sql_lease: Citus detected: the statements of its distributed lease tables go"
+                " as calls of the functions of migration 0008 (run on the worker holding each"
+                " key)"
             )
         self.citus = citus
+
+    def call_for(self, sql: str) -> str:
+        """What goes to the coordinator for catalogue statement ``sql``: the call of its
+        function when its table is distributed, else ``sql`` itself (reads over many keys, the
+        clock: Citus takes them as they are)."""
+        found = _CALLS.get(sql)
+        return found[1] if found is not None and found[0] in self.tables else sql
 
 
 #: The answer of each pool a provider runs on (`polls`).
 _POOLS: weakref.WeakKeyDictionary[Pool, Detected] = weakref.WeakKeyDictionary()
-_CALLS: dict[str, str] = {}
+#: Statement text -> (its table, the call that replaces it on Citus).
+_CALLS: dict[str, tuple[Table, str]] = {}
 
 
 @cache
 def register(table_name: str, schema: str | None = None, home: str | None = None) -> None:
-    """Record the calls of 0008's own functions for ``schema.table_name`` (or the table found
-    in ``home``), beside 0006's (`functions.register`). Nothing without a schema yet."""
+    """Record the call of each statement of ``schema.table_name`` (or of the table found in
+    ``home``) that has a function: 0006's (`functions`, pooler mode's) and 0008's own. Nothing
+    without a schema yet (its texts are never sent)."""
     where = schema if schema is not None else home
     if where is None:
         return
+    table = (where, table_name)
     cat = build_catalogue(table_name, schema, home)
+    functions.register(table_name, schema, home)
+    texts = [
+        getattr(cat, a).sql
+        for a in ("acquire", "renew", "release", "transfer", "get_owner", "get_lease", "holder")
+    ]
+    if cat.batches is not None:
+        texts.append(cat.batches.read.sql)
+        for mask in range(1, 1 << len(WRITE_KINDS)):
+            kinds = tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
+            texts.append(cat.batches.writes(kinds).sql)
+    for text in texts:
+        call = functions.call_for(text)
+        if call is not None:
+            _CALLS[text] = (table, call)
     for attr, suffix, arity in _EXTRA:
-        statement = getattr(cat, attr)
         name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_{suffix}')}"
-        _CALLS[statement.sql] = _call(name, arity)
-    renew_many = cat.renew_many(1).sql
+        _CALLS[getattr(cat, attr).sql] = (table, _call(name, arity))
     name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_renew_many')}"
-    _CALLS[renew_many] = _call(name, 3)
+    _CALLS[cat.renew_many(1).sql] = (table, _call(name, 3))
 
 
 def _call(name: str, arity: int) -> str:
     return f"SELECT * FROM {name}({', '.join(f'${n}' for n in range(1, arity + 1))})"
-
-
-def call_for(sql: str) -> str:
-    """What goes to a Citus coordinator for catalogue statement ``sql``: its function's call,
-    or ``sql`` itself (reads over many keys, the clock, the guard: Citus takes them as they
-    are)."""
-    return functions.call_for(sql) or _CALLS.get(sql) or sql
 
 
 def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
@@ -110,6 +142,7 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
         return conn.fetch
     plain = conn.fetch
     if detected.citus:
+        call_for = detected.call_for
 
         async def citus_fetch(sql: str, *args: Any) -> list[Any]:
             return await plain(call_for(sql), *args)
@@ -119,10 +152,10 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
 
     async def asking_fetch(sql: str, *args: Any) -> list[Any]:
         if detected.citus is None:
-            detected.learn(bool(await conn.fetchval(DETECT_SQL)))
+            await detected.ask(conn)
             if isinstance(pool, Pool):
                 _POOLS[pool] = detected
-        return await plain(call_for(sql) if detected.citus else sql, *args)
+        return await plain(detected.call_for(sql) if detected.citus else sql, *args)
 
     return asking_fetch
 
@@ -135,11 +168,9 @@ def watch(engine: AsyncEngine, detected: Detected) -> None:
     def first_connect(dbapi_connection: Any, _record: object) -> None:
         conn = cast("asyncpg.Connection", dbapi_connection.driver_connection)
         try:
-            found = await_only(conn.fetchval(DETECT_SQL))
+            await_only(detected.ask(conn))
         except Exception as exc:  # the first call asks again (`fetch_for`)
             logger.debug("could not tell whether the database is Citus: %s", exc)
-            return
-        detected.learn(bool(found))
 
     event.listen(engine.sync_engine, "first_connect", first_connect)
 
@@ -147,4 +178,4 @@ def watch(engine: AsyncEngine, detected: Detected) -> None:
 def polls(pool: Pool) -> bool:
     """True when the provider on ``pool`` runs on Citus: its waiters poll."""
     detected = _POOLS.get(pool)
-    return detected is not None and bool(detected.citus)
+    return detected is not None and bool(detected.tables)
