@@ -39,6 +39,9 @@ from sql_lease import SqlLeaseProvider, migrate
 HERE = Path(__file__).resolve().parent
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_CITUS = "postgresql://postgres@127.0.0.1:57001/postgres"
+#: The client talks to both servers without TLS (the plain one has none); the coordinator
+#: talks to its workers as Citus does by default (``citus.node_conninfo = sslmode=require``).
+NO_TLS = "?sslmode=disable"
 
 
 def _url(base: str, port: int | None = None, db: str | None = None) -> str:
@@ -73,7 +76,7 @@ async def make_db(base: str, workers: list[int], name: str) -> str:
         await _admin(_url(base, None, name), *adds)
     url = _url(base, None, name)
     await asyncio.to_thread(migrate.upgrade, url)
-    return url
+    return url + NO_TLS
 
 
 async def drop_db(base: str, workers: list[int], name: str) -> None:
@@ -94,7 +97,7 @@ class ServerCpu:
 
     def __init__(self, url: str, ports: list[int]) -> None:
         self.url, self.ports = url, ports
-        self.db = url.rpartition("/")[2]
+        self.db = url.rpartition("/")[2].split("?")[0]
 
     async def sample(self) -> dict[int, dict[int, int]]:
         found: dict[int, dict[int, int]] = {}

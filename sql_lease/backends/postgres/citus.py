@@ -21,6 +21,7 @@ logs that once (INFO on ``sql_lease.wait``).
 from __future__ import annotations
 
 import logging
+import re
 import weakref
 from functools import cache
 from typing import Any, Final, cast
@@ -61,6 +62,8 @@ _EXTRA: Final = (
 )
 
 Table = tuple[str, str]
+#: The array types of the functions' arguments, as a cast names them.
+_ARRAYS: Final = {"bytea[]": "pg_catalog.bytea[]", "bigint[]": "pg_catalog.int8[]"}
 
 
 class Detected:
@@ -92,11 +95,23 @@ class Detected:
         found = _CALLS.get(sql)
         return found[1] if found is not None and found[0] in self.tables else sql
 
+    async def send(self, fetch: Fetch, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """Run ``sql`` with ``args`` through ``fetch`` as Citus takes it (`call_for`; array
+        arguments as their text)."""
+        found = _CALLS.get(sql)
+        if found is None or found[0] not in self.tables:
+            return await fetch(sql, *args)
+        _, call, arrays = found
+        if arrays:
+            args = tuple(_array_text(a) if n in arrays else a for n, a in enumerate(args))
+        return await fetch(call, *args)
+
 
 #: The answer of each pool a provider runs on (`polls`).
 _POOLS: weakref.WeakKeyDictionary[Pool, Detected] = weakref.WeakKeyDictionary()
-#: Statement text -> (its table, the call that replaces it on Citus).
-_CALLS: dict[str, tuple[Table, str]] = {}
+#: Statement text -> its table, the call that replaces it on Citus, its array arguments' indexes.
+Call = tuple[Table, str, tuple[int, ...]]
+_CALLS: dict[str, Call] = {}
 
 
 @cache
@@ -110,24 +125,58 @@ def register(table_name: str, schema: str | None = None, home: str | None = None
     table = (where, table_name)
     cat = build_catalogue(table_name, schema, home)
     functions.register(table_name, schema, home)
+    if cat.batches is None:  # never for PostgreSQL's catalogue
+        raise ValueError("a PostgreSQL catalogue has batches")
     texts = [
         getattr(cat, a).sql
         for a in ("acquire", "renew", "release", "transfer", "get_owner", "get_lease", "holder")
     ]
-    if cat.batches is not None:
-        texts.append(cat.batches.read.sql)
-        for mask in range(1, 1 << len(WRITE_KINDS)):
-            kinds = tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
-            texts.append(cat.batches.writes(kinds).sql)
+    texts.append(cat.batches.read.sql)
+    texts.extend(cat.batches.writes(kinds).sql for kinds in _kind_sets())
+    arguments = {r.statement: r.arguments for r in functions.routines(table_name, schema, home)}
+    batch_arrays = [arguments[cat.batches.writes((k,)).sql][:-1] for k in range(len(WRITE_KINDS))]
     for text in texts:
         call = functions.call_for(text)
-        if call is not None:
-            _CALLS[text] = (table, call)
+        if call is None:
+            continue
+        types = arguments.get(text)
+        if types is None:  # a batch of several kinds: their arrays, then the lock wait
+            kinds = next(k for k in _kind_sets() if cat.batches.writes(k).sql == text)
+            types = (*(t for k in kinds for t in batch_arrays[k]), "integer")
+        _CALLS[text] = _entry(table, call, types)
     for attr, suffix, arity in _EXTRA:
         name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_{suffix}')}"
-        _CALLS[getattr(cat, attr).sql] = (table, _call(name, arity))
+        _CALLS[getattr(cat, attr).sql] = _entry(table, _call(name, arity), ())
     name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_renew_many')}"
-    _CALLS[cat.renew_many(1).sql] = (table, _call(name, 3))
+    renew_many = _call(name, 3)
+    _CALLS[cat.renew_many(1).sql] = _entry(table, renew_many, ("bytea[]", "bytea[]", "bigint"))
+
+
+def _kind_sets() -> list[tuple[int, ...]]:
+    return [
+        tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
+        for mask in range(1, 1 << len(WRITE_KINDS))
+    ]
+
+
+def _entry(table: Table, call: str, types: tuple[str, ...]) -> Call:
+    """An array argument goes as the text of the array, cast on the server: asyncpg looks an
+    array type up in the catalogue once per connection, a query that takes about a second in a
+    Citus database (its many catalogue relations), which a first renewal cannot wait for."""
+    arrays = tuple(n for n, t in enumerate(types) if t.endswith("[]"))
+
+    def cast_of(match: re.Match[str]) -> str:
+        n = int(match[1]) - 1
+        return f"{match[0]}::pg_catalog.text::{_ARRAYS[types[n]]}" if n in arrays else match[0]
+
+    return table, re.sub(r"\$(\d+)", cast_of, call), arrays
+
+
+def _array_text(values: list[Any]) -> str:
+    """An array's text form: of ``bytes`` (hex, quoted) or of integers."""
+    if values and isinstance(values[0], bytes | bytearray | memoryview):
+        return "{" + ",".join(f'"\\\\x{bytes(v).hex()}"' for v in values) + "}"
+    return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
 def _call(name: str, arity: int) -> str:
@@ -142,10 +191,10 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
         return conn.fetch
     plain = conn.fetch
     if detected.citus:
-        call_for = detected.call_for
+        send = detected.send
 
         async def citus_fetch(sql: str, *args: Any) -> list[Any]:
-            return await plain(call_for(sql), *args)
+            return await send(plain, sql, args)
 
         return citus_fetch
     pool = getattr(fairy, "_pool", None)  # SQLAlchemy's fairy keeps its pool there
@@ -155,7 +204,9 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
             await detected.ask(conn)
             if isinstance(pool, Pool):
                 _POOLS[pool] = detected
-        return await plain(detected.call_for(sql) if detected.citus else sql, *args)
+        if detected.citus:
+            return await detected.send(plain, sql, args)
+        return await plain(sql, *args)
 
     return asking_fetch
 
