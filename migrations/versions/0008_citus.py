@@ -20,7 +20,10 @@ What stood in the way, and what replaces it:
   handed out before this revision (every earlier fence stays below the new ones).
 - ``clock_timestamp()``, ``nextval()`` and ``pg_notify()`` in an ``UPDATE`` on a distributed
   table (Citus refuses volatile functions there): each write is a plpgsql function that reads
-  the clock into a variable first, runs its one-key statements with it, and notifies afterwards.
+  the clock into a variable once it holds the key's row lock (a clock read before waiting for
+  the lock would let a renewal that queued behind a release revive the released lease), runs
+  its one-key statements with it (an update only of the row version it judged, else it judges
+  again), and notifies afterwards.
   The functions keep 0006's names, argument types and result columns (pooler mode calls them
   too), and the one-key ones are distributed with ``create_distributed_function(..., '$1',
   colocate_with => <table>)``: a call ``SELECT * FROM f($1, ...)`` to the coordinator is
@@ -108,9 +111,12 @@ BEGIN
     f := CASE WHEN same THEN c.fence ELSE {_FENCE} END;
     UPDATE @t@ AS l SET owner = $2, fence = f,
       acquired_at = CASE WHEN same THEN c.acquired_at ELSE t_now END, expires_at = {_TTL}
-    WHERE l.key = $1;
-    RETURN QUERY SELECT true, f, {_TTL}, NULL::bytea;
-    RETURN;
+    WHERE l.key = $1 AND l.owner = c.owner AND l.fence = c.fence
+      AND l.expires_at = c.expires_at;
+    IF FOUND THEN  -- else the row changed after it was read: judge it again
+      RETURN QUERY SELECT true, f, {_TTL}, NULL::bytea;
+      RETURN;
+    END IF;
   END LOOP;
 END""",
     ),
@@ -120,8 +126,10 @@ END""",
         ("fence bigint", "expires_at timestamptz"),
         f"""\
 DECLARE
-  t_now timestamptz := clock_timestamp();
+  t_now timestamptz;
 BEGIN
+  PERFORM FROM @t@ AS l WHERE l.key = $1 FOR UPDATE;  -- the clock after the row lock
+  t_now := clock_timestamp();
   RETURN QUERY UPDATE @t@ AS l SET expires_at = {_TTL}
   WHERE l.key = $1 AND l.owner = $2 AND l.expires_at > t_now RETURNING l.fence, l.expires_at;
 END""",
@@ -132,9 +140,11 @@ END""",
         ("fence bigint", "expires_at timestamptz", "notified boolean"),
         """\
 DECLARE
-  t_now timestamptz := clock_timestamp();
+  t_now timestamptz;
   r record;
 BEGIN
+  PERFORM FROM @t@ AS l WHERE l.key = $1 FOR UPDATE;  -- the clock after the row lock
+  t_now := clock_timestamp();
   UPDATE @t@ AS l SET expires_at = t_now
   WHERE l.key = $1 AND l.owner = $2 AND l.expires_at > t_now
   RETURNING l.fence, l.expires_at, l.wanted_until > t_now AS wanted INTO r;
@@ -158,22 +168,28 @@ DECLARE
   f bigint;
   wanted boolean;
 BEGIN
-  SELECT l.owner, l.fence, l.expires_at, l.acquired_at, l.wanted_until INTO c FROM @t@ AS l
-  WHERE l.key = $1 FOR UPDATE;
-  t_now := clock_timestamp();
-  IF NOT FOUND OR c.owner <> $2 OR c.expires_at <= t_now THEN
-    RETURN;
-  END IF;
-  f := CASE WHEN c.owner = $3 THEN c.fence ELSE @fence@ END;
-  UPDATE @t@ AS l SET owner = $3, fence = f,
-    acquired_at = CASE WHEN c.owner = $3 THEN c.acquired_at ELSE t_now END,
-    expires_at = (t_now + $4::double precision * interval '1 millisecond')
-  WHERE l.key = $1;
-  wanted := coalesce(c.wanted_until > t_now, false);
-  IF wanted THEN
-    PERFORM pg_notify('@channel@', encode($1, 'hex'));
-  END IF;
-  RETURN QUERY SELECT f, (t_now + $4::double precision * interval '1 millisecond'), wanted;
+  LOOP
+    SELECT l.owner, l.fence, l.expires_at, l.acquired_at, l.wanted_until INTO c FROM @t@ AS l
+    WHERE l.key = $1 FOR UPDATE;
+    t_now := clock_timestamp();
+    IF NOT FOUND OR c.owner <> $2 OR c.expires_at <= t_now THEN
+      RETURN;
+    END IF;
+    f := CASE WHEN c.owner = $3 THEN c.fence ELSE @fence@ END;
+    UPDATE @t@ AS l SET owner = $3, fence = f,
+      acquired_at = CASE WHEN c.owner = $3 THEN c.acquired_at ELSE t_now END,
+      expires_at = (t_now + $4::double precision * interval '1 millisecond')
+    WHERE l.key = $1 AND l.owner = c.owner AND l.fence = c.fence
+      AND l.expires_at = c.expires_at;
+    IF FOUND THEN  -- else the row changed after it was read: judge it again
+      wanted := coalesce(c.wanted_until > t_now, false);
+      IF wanted THEN
+        PERFORM pg_notify('@channel@', encode($1, 'hex'));
+      END IF;
+      RETURN QUERY SELECT f, (t_now + $4::double precision * interval '1 millisecond'), wanted;
+      RETURN;
+    END IF;
+  END LOOP;
 END""".replace("@fence@", _FENCE),
     ),
     (
@@ -182,9 +198,11 @@ END""".replace("@fence@", _FENCE),
         ("owner bytea", "fence bigint", "expires_at timestamptz", "notified boolean"),
         """\
 DECLARE
-  t_now timestamptz := clock_timestamp();
+  t_now timestamptz;
   r record;
 BEGIN
+  PERFORM FROM @t@ AS l WHERE l.key = $1 FOR UPDATE;  -- the clock after the row lock
+  t_now := clock_timestamp();
   UPDATE @t@ AS l SET expires_at = t_now WHERE l.key = $1 AND l.expires_at > t_now
   RETURNING l.owner, l.fence, l.expires_at, l.wanted_until > t_now AS wanted INTO r;
   IF NOT FOUND THEN
@@ -202,8 +220,10 @@ END""",
         ("owner bytea", "fence bigint", "expires_at timestamptz"),
         """\
 DECLARE
-  t_now timestamptz := clock_timestamp();
+  t_now timestamptz;
 BEGIN
+  PERFORM FROM @t@ AS l WHERE l.key = $1 FOR UPDATE;  -- the clock after the row lock
+  t_now := clock_timestamp();
   RETURN QUERY UPDATE @t@ AS l
   SET wanted_until = GREATEST(l.wanted_until,
                               t_now + $2::double precision * interval '1 millisecond')
