@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from sql_lease import SqlLeaseProvider, migrate
 
 from . import _mariadb
+from ._citus import citus_workers, drop_on_workers, make_citus
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -76,6 +77,8 @@ def make_database(pg_server: URL) -> Callable[[], str]:
         janitor = _janitor(name)
         janitor.init()
         _MADE.append(janitor)
+        if citus_workers():  # the on-demand scale-out suite: a Citus database (tests/_citus)
+            make_citus(pg_server, name)
         return pg_server.set(database=name).render_as_string(hide_password=False)
 
     return make
@@ -87,7 +90,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     a loaded machine than the per-test timeout, which counts a session fixture's teardown
     against the last test."""
     while _MADE:
-        _MADE.pop().drop()
+        janitor = _MADE.pop()
+        if citus_workers():
+            drop_on_workers(server_url(), janitor.dbname)
+            with psycopg.connect(
+                server_url().set(database="postgres").render_as_string(hide_password=False),
+                autocommit=True,
+            ) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{janitor.dbname}" WITH (FORCE)')
+            continue
+        janitor.drop()
     _mariadb.drop_made()
 
 

@@ -9,6 +9,8 @@
 - `functions`: the server functions (migrations 0005/0006) and their calls, which the
   catalogue keeps (`Catalogue.server_calls`) and pooler mode sends instead of the hot
   statements;
+- `citus`: on a Citus database (detected once per provider), each statement sent as the call of
+  its function (migration 0008), run on the worker holding the key; waiters poll there;
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);
@@ -19,6 +21,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Final
 
 import asyncpg
@@ -42,7 +45,7 @@ from .. import (
     SyncListener,
     planned_arguments,
 )
-from . import driver, errors, urls
+from . import citus, driver, errors, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
 
@@ -78,6 +81,7 @@ class PostgresBackend:
     home_sql: Final = HOME_SQL
 
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
+        citus.register(table_name, schema, home)  # the calls sent to a Citus coordinator
         return build_catalogue(table_name, schema, home)  # server_calls: pooler mode's calls
 
     def classify(self, exc: BaseException) -> Failure:
@@ -98,13 +102,17 @@ class PostgresBackend:
         )
 
     def adaptor(self, timeout: float, synchronous_commit: bool) -> Adaptor:
+        return self._adaptor(timeout, citus.Detected())
+
+    def _adaptor(self, timeout: float, detected: citus.Detected) -> Adaptor:
         # asyncpg: timeouts and durability are server settings of the connection
         # (engine_arguments); psycopg (behind a transaction pooler): set per statement.
+        # ``detected``: whether the database is Citus (asked once, `citus`).
         psycopg_fetch: list[Adaptor] = []
 
         def adapt(fairy: PoolProxiedConnection, catalogue: CatalogueNow) -> Fetch:
             if isinstance(fairy.driver_connection, asyncpg.Connection):
-                return driver.fetch_of(fairy)
+                return citus.fetch_for(fairy, detected)
             if not psycopg_fetch:
                 from . import psycopg_driver  # psycopg: imported only on a psycopg engine
 
@@ -134,6 +142,7 @@ class PostgresBackend:
 
     def plan(self, url: URL, options: PlanOptions) -> Plan:
         o = options
+        detected = citus.Detected()
         connect_args, engine_kwargs, listen_args = planned_arguments(
             o, functools.partial(driver.engine_arguments, pooler=o.pooler)
         )
@@ -141,8 +150,8 @@ class PostgresBackend:
             engine_url=self._engine_url(url, o.pooler),
             connect_args=connect_args,
             engine_kwargs=engine_kwargs,
-            adaptor=self.adaptor(o.timeout, o.synchronous_commit),
-            watch=lambda engine: self._watch_engine(engine, o.timeout, o.pooler),
+            adaptor=self._adaptor(o.timeout, detected),
+            watch=lambda engine: self._watch_engine(engine, o.timeout, o.pooler, detected),
             pooler=o.pooler,
             # LISTEN needs a session: behind a transaction pooler only on ``listen_url``.
             listens=o.pooler != "transaction" or o.listen_url is not None,
@@ -150,17 +159,27 @@ class PostgresBackend:
             listen_connect_args=listen_args,
         )
 
-    def _watch_engine(self, engine: AsyncEngine, timeout: float, pooler: str | None) -> None:
+    def _watch_engine(
+        self, engine: AsyncEngine, timeout: float, pooler: str | None, detected: citus.Detected
+    ) -> None:
         if engine.dialect.driver == "psycopg":
             from . import psycopg_driver
 
             psycopg_driver.watch_engine(engine, connect_timeout=timeout)
-        elif pooler is not None:
+            return
+        citus.watch(engine, detected)
+        if pooler is not None:
             driver.watch_server_timeouts(engine, timeout)
 
     def wakeup_source(
         self, pool: Pool, channel: str, timeout: float, sink: WakeupSink
     ) -> WakeupSource | None:
+        if citus.polls(pool):  # a worker's NOTIFY never reaches the coordinator's LISTEN
+            logging.getLogger("sql_lease.wait").info(
+                "on Citus a release notifies the listeners of the worker holding the key, not"
+                " the coordinator's: waiters poll"
+            )
+            return None
         return Listener(pool, channel, timeout, sink)
 
     def sync_url_executor(
