@@ -16,6 +16,26 @@ Follows the OpenTelemetry semantic conventions for database clients. Recorded:
 * ``sql_lease.lease.lost`` (counter): held leases (``hold``) found lost.
 * ``sql_lease.leases.held`` (up-down counter): leases currently held through ``hold``; +1 when
   one is acquired, -1 when it is released, lost or transferred away.
+
+Contention (see ``docs/how-to/metrics.md``):
+
+* ``sql_lease.lease.acquire.attempts`` (counter, ``{attempt}``): ``acquire_lease`` calls,
+  direct or made by ``hold`` and waits, by ``sql_lease.acquire.outcome``: ``acquired``,
+  ``refused`` (another owner holds the key) or ``error`` (with ``error.type``). A wait that
+  retries counts each try.
+* ``sql_lease.lease.wait.duration`` (histogram, seconds, `WAIT_BUCKETS`): each
+  ``wait_for_lease`` and ``hold(wait_ms=...)`` from start to end, by ``sql_lease.wait.outcome``:
+  ``acquired``, ``timeout`` or ``error`` (with ``error.type``); an immediate acquire counts too.
+* ``sql_lease.lease.hold.duration`` (histogram, seconds, `HOLD_BUCKETS`): how long each
+  ``hold`` held its lease, by ``sql_lease.hold.end``: ``released``, ``lost`` or ``transferred``.
+* ``sql_lease.lease.late_renewals`` (counter, ``{renewal}``): renewals of held leases that
+  succeeded but started more than half a renewal interval behind schedule: the margin before
+  expiry is being eaten (failed attempts, a stalled event loop, a slow database).
+
+Keys are never attributes (each would be a time series). ``lease_class=`` opts in to one more
+attribute on the lease instruments, ``sql_lease.lease.class``: a function from key to class
+(`sql_lease.observer.by_prefix`, or your own), at most ``max_lease_classes`` distinct values,
+the rest counted as ``"_other"``.
 * With ``spans=True``, one ``CLIENT`` span per statement, named after ``db.operation.name``,
   with the same attributes (and ``db.response.returned_rows``), status ERROR on failure. A span
   is recorded once its statement has finished, in the caller's context: its parent is the
@@ -39,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections import deque
+from collections.abc import Callable
 from time import time_ns
 
 from opentelemetry import metrics, trace
@@ -48,18 +69,54 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 from . import __version__
 from .errors import LeaseTypeError
-from .observer import LeaseEvent, LeaseEventKind, StatementEvent
+from .observer import LeaseClasses, LeaseEvent, LeaseEventKind, StatementEvent
 
-__all__ = ["DURATION_BUCKETS", "OpenTelemetryObserver"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "HOLD_BUCKETS",
+    "INSTRUMENTS",
+    "WAIT_BUCKETS",
+    "OpenTelemetryObserver",
+]
 
 #: The bucket boundaries (seconds) the conventions recommend for ``db.client.operation.duration``.
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+#: Bucket boundaries (seconds) of ``sql_lease.lease.wait.duration``: from a free key's one
+#: statement to waits of minutes.
+WAIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Bucket boundaries (seconds) of ``sql_lease.lease.hold.duration``: from a short critical
+#: section to a leader's hours.
+HOLD_BUCKETS = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+
+#: Every instrument this observer creates: name -> (kind, unit). The Grafana dashboard in
+#: ``docs/grafana`` is checked against these names as Prometheus renders them.
+INSTRUMENTS = {
+    "db.client.operation.duration": ("histogram", "s"),
+    "sql_lease.lease.lost": ("counter", "{lease}"),
+    "sql_lease.leases.held": ("updowncounter", "{lease}"),
+    "sql_lease.lease.acquire.attempts": ("counter", "{attempt}"),
+    "sql_lease.lease.wait.duration": ("histogram", "s"),
+    "sql_lease.lease.hold.duration": ("histogram", "s"),
+    "sql_lease.lease.late_renewals": ("counter", "{renewal}"),
+}
 
 _SCOPE = "sql_lease"
 _BATCH = 64  # durations waiting at most before they are recorded
 _HELD = LeaseEventKind.ACQUIRED
-_ENDED = frozenset({LeaseEventKind.RELEASED, LeaseEventKind.TRANSFERRED})
 _LOST = LeaseEventKind.LOST
+_OUTCOMES = {
+    LeaseEventKind.GRANTED: "acquired",
+    LeaseEventKind.REFUSED: "refused",
+    LeaseEventKind.ACQUIRE_FAILED: "error",
+}
+_WAIT_ENDED = LeaseEventKind.WAIT_ENDED
+_LATE = LeaseEventKind.RENEWED_LATE
+_HOLD_ENDS = {
+    LeaseEventKind.RELEASED: "released",
+    LeaseEventKind.LOST: "lost",
+    LeaseEventKind.TRANSFERRED: "transferred",
+}
+CLASS = "sql_lease.lease.class"
 
 
 def error_type(error: BaseException) -> str:
@@ -110,9 +167,15 @@ class OpenTelemetryObserver:
         tracer_provider: TracerProvider | None = None,
         *,
         spans: bool = False,
+        lease_class: Callable[[str], str] | None = None,
+        max_lease_classes: int = 100,
     ) -> None:
         if not isinstance(spans, bool):
             raise LeaseTypeError("spans must be a bool")
+        self._classes = (
+            None if lease_class is None else LeaseClasses(lease_class, max_lease_classes)
+        )
+        self._attributes: dict[tuple[str, ...], dict[str, str]] = {}
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider)
         self._duration = meter.create_histogram(
             "db.client.operation.duration",
@@ -129,6 +192,28 @@ class OpenTelemetryObserver:
             "sql_lease.leases.held",
             unit="{lease}",
             description="Leases currently held through hold().",
+        )
+        self._acquires = meter.create_counter(
+            "sql_lease.lease.acquire.attempts",
+            unit="{attempt}",
+            description="acquire_lease calls, by outcome: acquired, refused or error.",
+        )
+        self._wait = meter.create_histogram(
+            "sql_lease.lease.wait.duration",
+            unit="s",
+            description="Duration of waits for a lease, by outcome: acquired, timeout or error.",
+            explicit_bucket_boundaries_advisory=WAIT_BUCKETS,
+        )
+        self._hold = meter.create_histogram(
+            "sql_lease.lease.hold.duration",
+            unit="s",
+            description="How long leases were held through hold(), by how the hold ended.",
+            explicit_bucket_boundaries_advisory=HOLD_BUCKETS,
+        )
+        self._late = meter.create_counter(
+            "sql_lease.lease.late_renewals",
+            unit="{renewal}",
+            description="Renewals of held leases that started over half an interval late.",
         )
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider) if spans else None
         # Attribute sets of successful statements, built once per (backend, operation) and
@@ -190,15 +275,53 @@ class OpenTelemetryObserver:
         self.flush()
 
     def on_lease_event(self, event: LeaseEvent) -> None:
-        """Count held leases and lost ones."""
+        """Count held leases, lost ones, acquire outcomes and late renewals; record waits
+        and holds."""
         kind = event.kind
-        if kind is _HELD:
-            self._held.add(1)
-        elif kind in _ENDED:
-            self._held.add(-1)
-        elif kind is _LOST:
-            self._held.add(-1)
-            self._lost.add(1)
+        outcome = _OUTCOMES.get(kind)
+        if outcome is not None:
+            self._acquires.add(
+                1, self._lease_attributes(event, "sql_lease.acquire.outcome", outcome)
+            )
+        elif kind is _WAIT_ENDED:
+            how = event.detail or "error"
+            attributes = self._lease_attributes(event, "sql_lease.wait.outcome", how)
+            self._wait.record(event.seconds or 0.0, attributes)
+        elif kind is _HELD:
+            self._held.add(1, self._lease_attributes(event))
+        elif kind is _LATE:
+            self._late.add(1, self._lease_attributes(event))
+        if kind in _HOLD_ENDS:
+            plain = self._lease_attributes(event)
+            self._held.add(-1, plain)
+            if kind is _LOST:
+                self._lost.add(1, plain)
+            if event.seconds is not None:
+                end = _HOLD_ENDS[kind]
+                self._hold.record(
+                    event.seconds, self._lease_attributes(event, "sql_lease.hold.end", end)
+                )
+
+    def _lease_attributes(
+        self, event: LeaseEvent, name: str | None = None, value: str | None = None
+    ) -> dict[str, str]:
+        """The attributes of a lease instrument: ``name`` = ``value`` when given, the key's
+        class when configured, ``error.type`` for an event with an error (built once per set
+        and reused, never mutated: the SDK keeps what it is given)."""
+        lease_class = None if self._classes is None else self._classes(event.key)
+        error = None if event.error is None else error_type(event.error)
+        cache_key = (name or "", value or "", lease_class or "", error or "")
+        attributes = self._attributes.get(cache_key)
+        if attributes is None:
+            attributes = {}
+            if name is not None and value is not None:
+                attributes[name] = value
+            if lease_class is not None:
+                attributes[CLASS] = lease_class
+            if error is not None:
+                attributes["error.type"] = error
+            attributes = self._attributes.setdefault(cache_key, attributes)
+        return attributes
 
     def _span(self, event: StatementEvent, attributes: dict[str, str]) -> None:
         assert self._tracer is not None

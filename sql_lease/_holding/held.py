@@ -17,6 +17,7 @@ import enum
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from time import perf_counter
 from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
@@ -38,6 +39,9 @@ from .runtime import runtime_of
 from .wait import wait_for
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
+
+#: The events that end a hold: they carry how long the lease was held.
+_ENDS = frozenset({LeaseEventKind.RELEASED, LeaseEventKind.LOST, LeaseEventKind.TRANSFERRED})
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -146,6 +150,7 @@ class HeldLease:
         )
         self._claimed = False  # our (key, owner) is in the provider's claims
         self._observer = observer_of(provider)
+        self._held_since: float | None = None  # when ACQUIRED was reported (`perf_counter`)
 
     @classmethod
     def adopt(
@@ -257,6 +262,7 @@ class HeldLease:
         self._cancelling = task.cancelling()
         self._state = _State.HELD
         self._keeper.start()
+        self._held_since = perf_counter()
         self._report(LeaseEventKind.ACQUIRED)
         return self
 
@@ -310,11 +316,13 @@ class HeldLease:
 
     # -- told by the keeper ---------------------------------------------------------------
 
-    def _renewed(self, expires_at: datetime | None) -> None:
+    def _renewed(self, expires_at: datetime | None, late: float | None) -> None:
         self.renewals += 1
         if expires_at is not None:
             self.expires_at = expires_at
         self._report(LeaseEventKind.RENEWED)
+        if late is not None:
+            self._report(LeaseEventKind.RENEWED_LATE, seconds=late)
         self._hooks.spawn("on_renewed", self)
 
     def _renew_failed(self, exc: BaseException) -> None:
@@ -393,7 +401,11 @@ class HeldLease:
                 self._report(LeaseEventKind.RELEASED)
             await self._hooks.call("on_released", self)
 
-    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
+    def _report(
+        self, kind: LeaseEventKind, detail: str | None = None, seconds: float | None = None
+    ) -> None:
         if self._observer is not None:
-            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
+            if kind in _ENDS and self._held_since is not None:
+                seconds = perf_counter() - self._held_since  # how long it was held
+            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail, seconds)
             report_lease_event(self._observer, event)

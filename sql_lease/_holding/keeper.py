@@ -69,9 +69,10 @@ def fence_moved(held: int | None, renewal: Renewal | None) -> str | None:
 class Keeper:
     """Renews one lease through ``renewer`` and tells its holder what happens.
 
-    ``renewed(expires_at)`` after each successful renewal, ``failed(exc)`` after a failed
-    attempt (retried), ``lost(reason)`` once the lease is gone, expired or its fence moved.
-    Times are event-loop seconds.
+    ``renewed(expires_at, late)`` after each successful renewal (``late``: how many seconds
+    behind its schedule it started, when that is more than half the renewal interval, else
+    None), ``failed(exc)`` after a failed attempt (retried), ``lost(reason)`` once the lease is
+    gone, expired or its fence moved. Times are event-loop seconds.
     """
 
     def __init__(
@@ -82,7 +83,7 @@ class Keeper:
         ttl_ms: int,
         renew_every_ms: int,
         *,
-        renewed: Callable[[datetime | None], None],
+        renewed: Callable[[datetime | None, float | None], None],
         failed: Callable[[BaseException], None],
         lost: Callable[[str], None],
     ) -> None:
@@ -149,11 +150,15 @@ class Keeper:
         if moved is not None:
             self._on_lost(moved)
             return
+        interval = self._ticket.interval
+        # Its schedule: the start of the last good request (or the grant) plus the interval.
+        behind = started - (self._deadline - self._ttl) - interval
         self._deadline = max(self._deadline, started + self._ttl)
-        self._ticket.due = started + self._ticket.interval
+        self._ticket.due = started + interval
         self._failures = 0
         self._arm(asyncio.get_running_loop())
-        self._on_renewed(None if renewal is None else renewal.expires_at)
+        late = behind if behind > interval / 2 else None
+        self._on_renewed(None if renewal is None else renewal.expires_at, late)
 
     def _failed(self, exc: BaseException, now: float) -> None:
         self._failures += 1

@@ -26,7 +26,14 @@ from .._core.contract import AcquireResult, LeaseProvider
 from .._core.validate import Millis, check_millis, check_name, check_ttl
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
-from ..observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
+from ..observer import (
+    LeaseEvent,
+    LeaseEventKind,
+    LeaseObserver,
+    observed_wait,
+    observer_of,
+    report_lease_event,
+)
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
@@ -45,7 +52,23 @@ def hub_for(provider: LeaseProvider) -> Hub:
 async def wait_for(
     provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
 ) -> tuple[AcquireResult, float]:
-    """`wait_for_lease`, also returning the loop time at which the last acquire started."""
+    """`wait_for_lease`, also returning the loop time at which the last acquire started
+    (reported to the provider's observer as one ``WAIT_ENDED`` event)."""
+    observer = observer_of(provider)
+    if observer is None:
+        return await _wait_for(provider, key, owner, ttl_ms, timeout_ms, None)
+    wait = _wait_for(provider, key, owner, ttl_ms, timeout_ms, observer)
+    return await observed_wait(observer, key, owner, wait)
+
+
+async def _wait_for(
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    timeout_ms: Millis,
+    observer: LeaseObserver | None,
+) -> tuple[AcquireResult, float]:
     check_name("key", key)
     check_name("owner", owner)
     ttl = check_ttl(ttl_ms)
@@ -58,7 +81,6 @@ async def wait_for(
         return result, started
     hub = hub_for(provider)
     marks = provider if isinstance(provider, WantMarking) else None
-    observer = observer_of(provider)
     waiter = Waiter(key, loop)
     try:
         while True:

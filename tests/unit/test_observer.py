@@ -51,6 +51,11 @@ def test_event_kinds_are_the_documented_ones() -> None:
         "transferred",
         "waited",
         "woke",
+        "granted",
+        "refused",
+        "acquire_failed",
+        "wait_ended",
+        "renewed_late",
     }
 
 
