@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from sql_lease import LeaseEvent, LeaseEventKind, StatementEvent
 
-
 #: The events about contention (acquire outcomes, waits' ends, late renewals): `Recorder`
 #: keeps them apart, so that ``events`` is the life of holds and waits as before them.
 CONTENTION = frozenset(
