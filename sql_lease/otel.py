@@ -16,8 +16,12 @@ Follows the OpenTelemetry semantic conventions for database clients. Recorded:
 * ``sql_lease.lease.lost`` (counter): held leases (``hold``) found lost.
 * ``sql_lease.leases.held`` (up-down counter): leases currently held through ``hold``; +1 when
   one is acquired, -1 when it is released, lost or transferred away.
+* With ``spans=True``, one ``CLIENT`` span per statement, named after ``db.operation.name``,
+  with the same attributes (and ``db.response.returned_rows``), status ERROR on failure. A span
+  is recorded once its statement has finished, in the caller's context: its parent is the
+  caller's current span.
 
-Contention (see ``docs/how-to/metrics.md``):
+Contention (the how-to "See contention" says what each answers):
 
 * ``sql_lease.lease.acquire.attempts`` (counter, ``{attempt}``): ``acquire_lease`` calls,
   direct or made by ``hold`` and waits, by ``sql_lease.acquire.outcome``: ``acquired``,
@@ -36,10 +40,6 @@ Keys are never attributes (each would be a time series). ``lease_class=`` opts i
 attribute on the lease instruments, ``sql_lease.lease.class``: a function from key to class
 (`sql_lease.observer.by_prefix`, or your own), at most ``max_lease_classes`` distinct values,
 the rest counted as ``"_other"``.
-* With ``spans=True``, one ``CLIENT`` span per statement, named after ``db.operation.name``,
-  with the same attributes (and ``db.response.returned_rows``), status ERROR on failure. A span
-  is recorded once its statement has finished, in the caller's context: its parent is the
-  caller's current span.
 
 Durations are handed to the SDK in batches: on the event loop's next turn after the statement
 finished, or as soon as 64 are waiting (at once outside an event loop), each with the context
