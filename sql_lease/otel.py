@@ -48,6 +48,8 @@ Recording them one by one right after each statement costs about twice as much C
 code runs cold between statements); `flush` hands over what is waiting now. The SDK's own
 work per measurement (checking, copying and hashing the attributes, aggregating) is most of
 this observer's cost; the attribute sets are built once per (system, operation) and reused.
+Acquire outcomes are counted the same way: queued, then one ``add`` per attribute set when
+the durations are handed over (`flush` counts them too).
 
 Instruments come from ``meter_provider`` and ``tracer_provider`` (default: the global ones
 that the application configured with the OpenTelemetry SDK). This module imports
@@ -222,6 +224,9 @@ class OpenTelemetryObserver:
         # Durations not yet recorded; a deque, so that threads may append while one flushes.
         self._pending: deque[tuple[float, dict[str, str], Context]] = deque()
         self._flush_on: asyncio.AbstractEventLoop | None = None  # loop with a flush scheduled
+        # Acquire outcomes not yet counted (their attribute sets, cached): counted in batches
+        # like the durations, as one add per attribute set.
+        self._outcomes: deque[dict[str, str]] = deque()
 
     def __repr__(self) -> str:
         return f"OpenTelemetryObserver(spans={self._tracer is not None})"
@@ -236,7 +241,12 @@ class OpenTelemetryObserver:
             self._span(event, attributes)
         pending = self._pending
         pending.append((event.seconds, attributes, get_current()))
-        if len(pending) >= _BATCH:
+        self._later(len(pending))
+
+    def _later(self, waiting: int) -> None:
+        """Flush now when ``waiting`` reached the batch or no event loop runs; else make
+        sure a flush is scheduled on this loop's next turn."""
+        if waiting >= _BATCH:
             self.flush()
             return
         try:
@@ -254,12 +264,24 @@ class OpenTelemetryObserver:
 
     def flush(self) -> None:
         """Record the durations still waiting now (otherwise done on the event loop's next turn)."""
-        if self._pending:
+        if self._pending or self._outcomes:
             # The SDK replaces an empty (falsy) context with the current one: record in an empty
             # one, so that a statement that ran outside any span never gets the flusher's span.
             contextvars.Context().run(self._record_pending)
 
     def _record_pending(self) -> None:
+        outcomes = self._outcomes
+        if outcomes:  # counted per attribute set: one SDK call for many acquires
+            counts: dict[int, tuple[dict[str, str], int]] = {}
+            while outcomes:
+                try:
+                    attributes = outcomes.popleft()
+                except IndexError:  # another thread took the last one
+                    break
+                _, seen = counts.get(id(attributes), (attributes, 0))
+                counts[id(attributes)] = (attributes, seen + 1)
+            for attributes, count in counts.values():
+                self._acquires.add(count, attributes)
         pending = self._pending
         record = self._duration.record
         while pending:
@@ -280,9 +302,9 @@ class OpenTelemetryObserver:
         kind = event.kind
         outcome = _OUTCOMES.get(kind)
         if outcome is not None:
-            self._acquires.add(
-                1, self._lease_attributes(event, "sql_lease.acquire.outcome", outcome)
-            )
+            outcomes = self._outcomes
+            outcomes.append(self._lease_attributes(event, "sql_lease.acquire.outcome", outcome))
+            self._later(len(outcomes))
         elif kind is _WAIT_ENDED:
             how = event.detail or "error"
             attributes = self._lease_attributes(event, "sql_lease.wait.outcome", how)

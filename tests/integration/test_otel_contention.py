@@ -239,3 +239,13 @@ async def test_a_lease_class_is_an_opt_in_capped_attribute(url: str) -> None:
     for name in INSTRUMENTS:  # never a raw key
         for point in otel.points(name):
             assert not any("obs:" in str(v) for v in point.attributes.values())
+
+
+async def test_outcomes_reach_the_sdk_on_the_loops_next_turn_without_a_flush(
+    provider: SqlLeaseProvider, otel: Telemetry
+) -> None:
+    for _ in range(3):
+        await provider.acquire_lease(key(), "a", 60_000)
+    await asyncio.sleep(0.01)  # the flush scheduled on the loop runs
+    [point] = otel.points(ATTEMPTS, flush=False)
+    assert (point.attributes["sql_lease.acquire.outcome"], point.value) == ("acquired", 3)
