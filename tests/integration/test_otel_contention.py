@@ -192,13 +192,14 @@ async def test_a_renewal_delayed_by_a_stalled_event_loop_counts_as_late(
     provider: SqlLeaseProvider, otel: Telemetry
 ) -> None:
     k = key()
-    async with provider.hold(k, "a", 3_000, renew_every_ms=100) as lease:
-        await asyncio.sleep(0.35)  # on time: several renewals, none late
+    # Renewals every 400 ms: late means starting over 200 ms behind schedule.
+    async with provider.hold(k, "a", 10_000, renew_every_ms=400) as lease:
+        await asyncio.sleep(1.0)  # on time: two renewals, none late
         assert lease.renewals >= 2
         assert otel.value(LATE) == 0
         before = lease.renewals
-        time.sleep(0.5)  # noqa: ASYNC251 - the loop stalls: the next renewal starts late
-        for _ in range(1_000):  # the renewal due during the stall runs now
+        time.sleep(1.5)  # noqa: ASYNC251 - the loop stalls: the renewal due meanwhile is late
+        for _ in range(1_000):  # it runs as soon as the loop is back
             if lease.renewals > before:
                 break
             await asyncio.sleep(0.01)
