@@ -138,7 +138,7 @@ def test_refreshing_json_writes_one_document_per_line_with_the_changes(
 ) -> None:
     p = prefix()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SQL_LEASE_")}
-    args = ["top", "--json", "--prefix", p, "--interval", "300ms", "--count", "40", "--url", url]
+    args = ["top", "--json", "--prefix", p, "--interval", "300ms", "--count", "300", "--url", url]
     with subprocess.Popen(
         [sys.executable, "-m", "sql_lease", *args],
         stdout=subprocess.PIPE,
