@@ -6,7 +6,8 @@ commands do (PostgreSQL, SQLite) and sends no SQL of its own. ``--once`` shows o
 exits; ``--json`` writes each view as one JSON document (one per line when it refreshes), for
 scripts; ``--count N`` stops after N views. Ctrl-C ends a live view (exit 0). A failure on the
 first read is the command's error, as for ``list``; later ones are shown in the view, which
-keeps the last rows and tries again at the next refresh. When stdout is not a terminal and
+keeps the last rows and tries again at the next refresh (with ``--json`` every failure is the
+command's error: a script must not take an old view for a new one). When stdout is not a terminal and
 ``--json`` is not given, it shows one view (as ``--once``).
 """
 

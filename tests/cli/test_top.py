@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,7 +21,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider, migrate
 
@@ -222,3 +225,35 @@ def test_in_a_terminal_it_refreshes_in_place_and_ctrl_c_ends_it(
             break
         time.sleep(0.1)
     assert dead.split() == ["1", "0"], dead
+
+
+def rename_table(url: str, old: str, new: str) -> None:
+    """Another client renames the lease table (the view's reads fail until it is back)."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+            db.execute(f'ALTER TABLE "{old}" RENAME TO "{new}"')
+        return
+    u = make_url(url)
+    with psycopg.connect(
+        host=u.host, port=u.port, user=u.username, dbname=u.database, autocommit=True
+    ) as pg:
+        pg.execute(f'ALTER TABLE "{old}" RENAME TO "{new}"'.encode())
+
+
+def test_in_a_terminal_a_failing_read_is_shown_and_the_view_recovers(
+    url: str, leases: Leases, tmux: Callable[..., str], tmp_path: Path
+) -> None:
+    p = prefix()
+    leases(lambda provider: provider.acquire_lease(f"{p}:kept", "w1", 60_000))
+    top = ["top", "--prefix", p, "--interval", "200ms", "--timeout", "2s", "--url", url]
+    command = shlex.join([sys.executable, "-m", "sql_lease", *top])
+    env = f"env -u SQL_LEASE_DATABASE_URL XDG_STATE_HOME={shlex.quote(str(tmp_path))}"
+    tmux("new-session", "-d", "-s", "top", "-x", "150", "-y", "40", f"{env} {command}")
+    wait_for_screen(tmux, lambda s: f"{p}:kept" in s)
+    rename_table(url, "leases", "leases_away")
+    try:
+        failing = wait_for_screen(tmux, lambda s: "retrying" in s)
+        assert f"{p}:kept" in failing  # the last rows stay
+    finally:
+        rename_table(url, "leases_away", "leases")
+    wait_for_screen(tmux, lambda s: "retrying" not in s and f"{p}:kept" in s)
