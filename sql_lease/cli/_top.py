@@ -7,8 +7,8 @@ exits; ``--json`` writes each view as one JSON document (one per line when it re
 scripts; ``--count N`` stops after N views. Ctrl-C ends a live view (exit 0). A failure on the
 first read is the command's error, as for ``list``; later ones are shown in the view, which
 keeps the last rows and tries again at the next refresh (with ``--json`` every failure is the
-command's error: a script must not take an old view for a new one). When stdout is not a terminal and
-``--json`` is not given, it shows one view (as ``--once``).
+command's error: a script must not take an old view for a new one). When stdout is not a
+terminal and ``--json`` is not given, it shows one view (as ``--once``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 from datetime import datetime, timedelta
 
 import click
@@ -111,36 +112,65 @@ def top_cmd(
             changes.update(states, window)
             return states, now
 
-        states, now = await snapshot()  # a failure here is the command's error
-        shown = 1
-        if settings.as_json:
-            if views == 1:
-                emit_json(view_fields(states, changes, now, classes))
-                return
+        async def pause() -> bool:
+            """Wait an interval; False when Ctrl-C asked to stop."""
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval / 1000):
+                    await stop.wait()
+            return not stop.is_set()
+
+        async def json_lines(states: list[LeaseState], now: datetime) -> None:
+            shown = 1
             while True:  # one document per line: JSON Lines
                 click.echo(json.dumps(view_fields(states, changes, now, classes)))
-                if views is not None and shown >= views:
+                if (views is not None and shown >= views) or not await pause():
                     return
-                await asyncio.sleep(interval / 1000)
                 states, now = await snapshot()
                 shown += 1
-        if views == 1:
-            out.print(view(states, changes, now, classes, header))
-            return
-        problem: str | None = None
-        with Live(
-            view(states, changes, now, classes, header), console=out, auto_refresh=False
-        ) as live:
-            while views is None or shown < views:
-                await asyncio.sleep(interval / 1000)
-                try:
-                    states, now = await snapshot()
-                    problem = None
-                except LeaseError as exc:  # keep the last view, say why, try again
-                    problem = str(exc)
-                shown += 1
-                live.update(view(states, changes, now, classes, header, problem), refresh=True)
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a live view ends
+        async def live_view(states: list[LeaseState], now: datetime) -> None:
+            shown = 1
+            problem: str | None = None
+            first = view(states, changes, now, classes, header)
+            with Live(first, console=out, auto_refresh=False) as live:
+                while (views is None or shown < views) and await pause():
+                    try:
+                        states, now = await snapshot()
+                        problem = None
+                    except LeaseError as exc:  # keep the last view, say why, try again
+                        problem = str(exc)
+                    shown += 1
+                    shown_view = view(states, changes, now, classes, header, problem)
+                    live.update(shown_view, refresh=True)
+
+        states, now = await snapshot()  # a failure here is the command's error
+        if views == 1:
+            if settings.as_json:
+                emit_json(view_fields(states, changes, now, classes))
+            else:
+                out.print(view(states, changes, now, classes, header))
+            return
+        stop = _on_ctrl_c()
+        try:
+            if settings.as_json:
+                await json_lines(states, now)
+            else:
+                await live_view(states, now)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C before the first view
         with_provider(settings, body)
     return ExitCode.OK
+
+
+def _on_ctrl_c() -> asyncio.Event:
+    """An event that Ctrl-C (SIGINT) sets while the view refreshes, so that the view ends
+    between two reads, cleanly (exit 0), instead of a `KeyboardInterrupt` landing anywhere.
+    Where the loop cannot take the signal (not the main thread, Windows), Ctrl-C still ends
+    the command through `KeyboardInterrupt`."""
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
+    return stop
