@@ -24,7 +24,7 @@ from ._core.validate import (
 from ._holding.lifecycle import LeaseLifecycle
 from .capabilities import Released, Renewal, WakeupSink
 from .errors import LeaseClosedError
-from .observer import LeaseObserver, check_observer, timed_operation
+from .observer import LeaseObserver, check_observer, observed_acquire, timed_operation
 
 __all__ = ["InMemoryLeaseProvider"]
 
@@ -83,6 +83,8 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             for name, operation in _OBSERVED.items():
                 method = getattr(self, name)
                 setattr(self, name, timed_operation(observer, "memory", operation, method))
+            observed = observed_acquire(observer, self.acquire_lease)
+            self.acquire_lease = observed  # type: ignore[method-assign,assignment]
         self._clock = clock
         self._leases: dict[str, _Entry] = {}
         self._fences = itertools.count(1)

@@ -31,6 +31,7 @@ __all__ = [
     "Batches",
     "Catalogue",
     "LeaseRow",
+    "LeaseState",
     "Row",
     "ServerCall",
     "Statement",
@@ -39,6 +40,7 @@ __all__ = [
     "decode_force_release",
     "decode_holder",
     "decode_lease",
+    "decode_lease_state",
     "decode_list_live",
     "decode_now",
     "decode_one",
@@ -177,6 +179,35 @@ def decode_list_live(row: Row) -> Lease:
     )
 
 
+class LeaseState(NamedTuple):
+    """A row of the lease table as an operator sees it (``sql-lease top``): live, ended a
+    little while ago, or wanted by a waiter. ``key`` and ``owner`` are their text, or their
+    `label` when not UTF-8 (never raises); ``now`` is the database's clock when it was read."""
+
+    key: str
+    owner: str
+    fence: int
+    expires_at: datetime
+    acquired_at: datetime
+    wanted_until: datetime | None
+    now: datetime
+
+    @property
+    def live(self) -> bool:
+        return self.expires_at > self.now
+
+    @property
+    def wanted(self) -> bool:
+        """A waiter marked the key wanted and has not given up yet."""
+        return self.wanted_until is not None and self.wanted_until > self.now
+
+
+def decode_lease_state(row: Row) -> LeaseState:
+    return LeaseState(
+        label(bytes(row[0])), label(bytes(row[1])), row[2], row[3], row[4], row[5], row[6]
+    )
+
+
 def decode_now(row: Row) -> datetime:
     value: datetime = row[0]
     return value
@@ -271,6 +302,7 @@ class Catalogue:
     renew_many_args: Callable[[list[tuple[bytes, bytes]], int], tuple[object, ...]]
     force_release: Statement[Holder]
     list_live: Statement[Lease]
+    list_states: Statement[LeaseState]
     purge_batch: Statement[int]
     want: Statement[Holder]
     now: Statement[datetime]

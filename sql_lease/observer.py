@@ -17,18 +17,25 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from functools import wraps
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
+from ._core.contract import AcquireResult
+from ._core.validate import Millis
 from .errors import LeaseClosedError, LeaseTypeError, LeaseValueError
 
-if TYPE_CHECKING:
-    from ._core.contract import AcquireResult
-
-__all__ = ["LeaseEvent", "LeaseEventKind", "LeaseObserver", "StatementEvent"]
+__all__ = [
+    "OTHER_CLASS",
+    "LeaseClasses",
+    "LeaseEvent",
+    "LeaseEventKind",
+    "LeaseObserver",
+    "StatementEvent",
+    "by_prefix",
+]
 
 logger = logging.getLogger("sql_lease.observer")
 
@@ -84,6 +91,24 @@ class LeaseEventKind(enum.Enum):
     """A sleeping wait woke up. ``detail``: ``"notify"`` (the holder released or transferred),
     ``"reconnect"`` (the listener reconnected), ``"closed"`` or ``"timer"`` (the holder's
     expiry, a poll interval or the wait's deadline)."""
+    GRANTED = "granted"
+    """An ``acquire_lease`` call (direct, or made by ``hold`` or a wait) took the key, or
+    renewed the caller's own live lease. ``fence``: the lease's; ``seconds``: the call's."""
+    REFUSED = "refused"
+    """An ``acquire_lease`` call found another live holder. ``detail`` and ``fence``: the
+    holder's; ``seconds``: the call's."""
+    ACQUIRE_FAILED = "acquire_failed"
+    """An ``acquire_lease`` call raised (a database error, a timeout, a cancellation; bad
+    arguments and a closed provider are not reported). ``error``: what it raised."""
+    WAIT_ENDED = "wait_ended"
+    """A ``wait_for_lease`` (or ``hold(wait_ms=...)``) ended, including one that acquired at
+    the first try. ``detail``: ``"acquired"``, ``"timeout"`` or ``"error"`` (``error``: what it
+    raised); ``seconds``: how long it took."""
+    RENEWED_LATE = "renewed_late"
+    """A renewal of a held lease succeeded late: it started more than half a renewal interval
+    after its schedule (the previous good renewal plus the interval), so it ate into the
+    margin before expiry (failed attempts, a stalled event loop, a slow database).
+    ``seconds``: how far behind its schedule it started. Also reported as ``RENEWED``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +117,10 @@ class LeaseEvent:
 
     ``fence`` is the hold's fence (None before it was acquired); for waits, the holder's. Every
     ``ACQUIRED`` is followed by exactly one of ``LOST``, ``RELEASED`` or ``TRANSFERRED``, so
-    acquired minus those three is the number of leases held through ``hold``.
+    acquired minus those three is the number of leases held through ``hold``; those three
+    carry in ``seconds`` how long the lease was held (from ``ACQUIRED``). ``seconds`` is
+    otherwise a call's or a wait's duration, or a renewal's delay (see each kind), else None;
+    ``error`` is the exception of ``ACQUIRE_FAILED`` and of a ``WAIT_ENDED`` that raised.
     """
 
     kind: LeaseEventKind
@@ -100,6 +128,8 @@ class LeaseEvent:
     owner: str
     fence: int | None
     detail: str | None = None
+    seconds: float | None = None
+    error: BaseException | None = None
 
 
 @runtime_checkable
@@ -261,3 +291,126 @@ def timed_operation(
         return result
 
     return call
+
+
+# -- acquire outcomes and waits (contention) --------------------------------------------------
+
+
+Acquire = Callable[[str, str, Millis], Coroutine[Any, Any, AcquireResult]]
+
+
+def observed_acquire(observer: LeaseObserver, method: Acquire) -> Acquire:
+    """``method`` (a provider's bound ``acquire_lease``) reporting each call's outcome to
+    ``observer``: ``GRANTED``, ``REFUSED`` or ``ACQUIRE_FAILED``, with its duration.
+
+    A provider wraps its own method with this on its instance only when it has an observer, so
+    that calls without one pay nothing. Calls rejected before any I/O are not reported.
+    """
+
+    @wraps(method)
+    async def acquire_lease(key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+        started = perf_counter()
+        try:
+            result = await method(key, owner, ttl_ms)
+        except _BEFORE_IO:
+            raise
+        except BaseException as exc:
+            event = LeaseEvent(
+                LeaseEventKind.ACQUIRE_FAILED,
+                key,
+                owner,
+                None,
+                None,
+                perf_counter() - started,
+                exc,
+            )
+            report_lease_event(observer, event)
+            raise
+        seconds = perf_counter() - started
+        if result.acquired:
+            event = LeaseEvent(LeaseEventKind.GRANTED, key, owner, result.fence, None, seconds)
+        else:
+            event = LeaseEvent(
+                LeaseEventKind.REFUSED, key, owner, result.fence, result.owner, seconds
+            )
+        report_lease_event(observer, event)
+        return result
+
+    return acquire_lease
+
+
+async def observed_wait(
+    observer: LeaseObserver, key: str, owner: str, wait: Awaitable[tuple[AcquireResult, float]]
+) -> tuple[AcquireResult, float]:
+    """Await ``wait`` (a wait for ``key``: its result and when its last acquire started) and
+    report it to ``observer`` as one ``WAIT_ENDED`` event with its duration."""
+    started = perf_counter()
+    try:
+        outcome = await wait
+    except _BEFORE_IO:
+        raise
+    except BaseException as exc:
+        seconds = perf_counter() - started
+        event = LeaseEvent(LeaseEventKind.WAIT_ENDED, key, owner, None, "error", seconds, exc)
+        report_lease_event(observer, event)
+        raise
+    result = outcome[0]
+    detail = "acquired" if result.acquired else "timeout"
+    event = LeaseEvent(
+        LeaseEventKind.WAIT_ENDED, key, owner, result.fence, detail, perf_counter() - started
+    )
+    report_lease_event(observer, event)
+    return outcome
+
+
+# -- lease name classes: a bounded attribute for metrics -------------------------------------
+
+#: The class of every key once ``LeaseClasses`` has seen its cap of distinct classes.
+OTHER_CLASS = "_other"
+
+
+def by_prefix(separator: str = ":", parts: int = 1) -> Callable[[str], str]:
+    """A key's class by its first ``parts`` fields: ``by_prefix(":")("tenant:42:import")`` is
+    ``"tenant"``; a key without ``separator`` is its own class (the cap of `LeaseClasses`
+    bounds how many there are)."""
+    if not isinstance(separator, str) or not separator:
+        raise LeaseValueError("separator must be a non-empty string")
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise LeaseValueError("parts must be an int of at least 1")
+
+    def lease_class(key: str) -> str:
+        return separator.join(key.split(separator, parts)[:parts])
+
+    return lease_class
+
+
+class LeaseClasses:
+    """Keys mapped to at most ``cap`` distinct classes by ``classify`` (key -> class name);
+    the classes seen after the cap is reached count as `OTHER_CLASS`.
+
+    A metric attribute must take few values (each one is a time series): raw keys never are
+    one, a class (``"import"``, ``"tenant"``) can be. A class once admitted stays admitted, so
+    a key always gets the same class from one `LeaseClasses` (an up-down counter's +1 and -1
+    meet). ``classify`` must return a string; what it raises propagates (an observer's
+    failure is logged, not raised, by the provider).
+    """
+
+    def __init__(self, classify: Callable[[str], str], cap: int = 100) -> None:
+        if not callable(classify):
+            raise LeaseTypeError("the lease class must be a callable: key -> class name")
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise LeaseValueError("the cap of lease classes must be an int of at least 1")
+        self._classify = classify
+        self._cap = cap
+        self._seen: set[str] = set()
+
+    def __call__(self, key: str) -> str:
+        name = self._classify(key)
+        if name in self._seen:
+            return name
+        if not isinstance(name, str):
+            raise LeaseTypeError(f"a lease class must be a str, not {type(name).__name__}")
+        if len(self._seen) >= self._cap:
+            return OTHER_CLASS
+        self._seen.add(name)
+        return name

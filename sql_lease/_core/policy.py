@@ -216,11 +216,16 @@ class Ticket:
         """Why a renewal's answer loses the lease (gone, or its fence moved), else None."""
         return fence_moved(self.fence, renewal) if held else GONE
 
-    def kept(self, started: float) -> None:
-        """A renewal that started at ``started`` kept the lease: the deadline moves on."""
+    def kept(self, started: float) -> float | None:
+        """A renewal that started at ``started`` kept the lease: the deadline moves on. Returns
+        how many seconds behind its schedule (the last good start, or the grant, plus the
+        interval) it started when that is more than half the interval (a late renewal), else
+        None."""
+        behind = started - (self.deadline - self.ttl_s) - self.interval
         self.deadline = max(self.deadline, started + self.ttl_s)
         self.due = started + self.interval
         self.failures = 0
+        return behind if behind > self.interval / 2 else None
 
     def backoff(self, now: float) -> float:
         """A renewal failed at ``now``: the delay until the retry (also set as ``due``)."""

@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from time import perf_counter
 from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
@@ -38,6 +39,9 @@ from .runtime import runtime_of
 from .wait import acquirer, wait_checked
 
 __all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
+
+#: The events that end a hold: they carry how long the lease was held.
+_ENDS = frozenset({LeaseEventKind.RELEASED, LeaseEventKind.LOST, LeaseEventKind.TRANSFERRED})
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -224,6 +228,7 @@ class HeldLease(HoldRecord):
         self._cancelling = task.cancelling()
         self._state = HoldState.HELD
         self._keeper.start()
+        self._held_since = perf_counter()
         self._report(LeaseEventKind.ACQUIRED)
         return self
 
@@ -269,8 +274,8 @@ class HeldLease(HoldRecord):
 
     # -- told by the keeper ---------------------------------------------------------------
 
-    def _renewed(self, expires_at: datetime | None) -> None:
-        self._count_renewal(expires_at)
+    def _renewed(self, expires_at: datetime | None, late: float | None) -> None:
+        self._count_renewal(expires_at, late)
         self._hooks.spawn("on_renewed", self)
 
     def _lose(self, reason: str) -> None:

@@ -25,10 +25,11 @@ __all__ = ["Keeper", "fence_moved", "renew_interval"]
 class Keeper:
     """Renews one lease through ``renewer`` and tells its holder what happens.
 
-    ``renewed(expires_at)`` after each successful renewal, ``failed(exc)`` after a failed
-    attempt (retried), ``lost(reason)`` once the lease is gone, expired or its fence moved.
-    Times are event-loop seconds. The rule is the ticket's (`sql_lease._core.policy`); the
-    keeper adds the watchdog timer at the deadline.
+    ``renewed(expires_at, late)`` after each successful renewal (``late``: how many seconds
+    behind its schedule it started, when that is more than half the renewal interval, else
+    None), ``failed(exc)`` after a failed attempt (retried), ``lost(reason)`` once the lease is
+    gone, expired or its fence moved. Times are event-loop seconds. The rule is the
+    ticket's (`sql_lease._core.policy`); the keeper adds the watchdog timer at the deadline.
     """
 
     def __init__(
@@ -36,7 +37,7 @@ class Keeper:
         renewer: Callable[[], Renewer],
         terms: HoldTerms,
         *,
-        renewed: Callable[[datetime | None], None],
+        renewed: Callable[[datetime | None, float | None], None],
         failed: Callable[[BaseException], None],
         lost: Callable[[str], None],
     ) -> None:
@@ -82,9 +83,9 @@ class Keeper:
         self._on_lost(self._ticket.expiry_reason())
 
     def _renewed(self, started: float, renewal: Renewal | None) -> None:
-        self._ticket.kept(started)
+        late = self._ticket.kept(started)
         self._arm(asyncio.get_running_loop())
-        self._on_renewed(None if renewal is None else renewal.expires_at)
+        self._on_renewed(None if renewal is None else renewal.expires_at, late)
 
     def _failed(self, exc: BaseException, now: float) -> None:
         retry_later(self._ticket, exc, now)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import enum
 import logging
 from datetime import datetime
+from time import perf_counter
 
 from .._core.policy import HoldTerms
 from ..errors import LeaseLost
 from ..observer import LeaseEvent, LeaseEventKind, LeaseObserver, observer_of, report_lease_event
 
 __all__ = ["HoldRecord", "HoldState"]
+
+_ENDS = frozenset({LeaseEventKind.RELEASED, LeaseEventKind.LOST, LeaseEventKind.TRANSFERRED})
 
 logger = logging.getLogger("sql_lease.hold")
 
@@ -62,6 +65,7 @@ class HoldRecord:
         self.handed_to = None
         self._state = HoldState.CREATED
         self._observer = observer_of(provider)
+        self._held_since: float | None = None  # when ACQUIRED was reported (`perf_counter`)
 
     @property
     def held(self) -> bool:
@@ -78,11 +82,13 @@ class HoldRecord:
         self.fence, self.expires_at = fence, expires_at
         logger.debug("lease %r acquired by %r (fence %s)", self.key, self.owner, fence)
 
-    def _count_renewal(self, expires_at: datetime | None) -> None:
+    def _count_renewal(self, expires_at: datetime | None, late: float | None = None) -> None:
         self.renewals += 1
         if expires_at is not None:
             self.expires_at = expires_at
         self._report(LeaseEventKind.RENEWED)
+        if late is not None:  # started more than half an interval behind its schedule
+            self._report(LeaseEventKind.RENEWED_LATE, seconds=late)
 
     def _count_failure(self, exc: BaseException) -> None:
         self.renew_errors += 1
@@ -121,7 +127,13 @@ class HoldRecord:
         if self.lost_reason is None:  # a lost lease was counted out by its LOST event
             self._report(LeaseEventKind.RELEASED)
 
-    def _report(self, kind: LeaseEventKind, detail: str | None = None) -> None:
+    def _report(
+        self, kind: LeaseEventKind, detail: str | None = None, seconds: float | None = None
+    ) -> None:
         if self._observer is not None:
-            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail)
+            if kind is LeaseEventKind.ACQUIRED:
+                self._held_since = perf_counter()
+            elif kind in _ENDS and self._held_since is not None:
+                seconds = perf_counter() - self._held_since  # how long it was held
+            event = LeaseEvent(kind, self.key, self.owner, self.fence, detail, seconds)
             report_lease_event(self._observer, event)

@@ -32,7 +32,13 @@ from .._core.validate import Millis
 from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
 from ..capabilities import WantMarking
 from ..errors import LeaseClosedError
-from ..observer import LeaseEventKind, LeaseObserver, observer_of, report_wait
+from ..observer import (
+    LeaseEventKind,
+    LeaseObserver,
+    observed_wait,
+    observer_of,
+    report_wait,
+)
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
@@ -62,7 +68,18 @@ async def wait_for(
 
 async def wait_checked(provider: LeaseProvider, terms: HoldTerms) -> tuple[AcquireResult, float]:
     """`wait_for` with arguments checked already (a hold's: checked once, not again here);
-    ``terms.wait_ms`` is the timeout."""
+    ``terms.wait_ms`` is the timeout. Reported to the provider's observer as one
+    ``WAIT_ENDED`` event."""
+    observer = observer_of(provider)
+    if observer is None:
+        return await _wait_checked(provider, terms, None)
+    wait = _wait_checked(provider, terms, observer)
+    return await observed_wait(observer, terms.key, terms.owner, wait)
+
+
+async def _wait_checked(
+    provider: LeaseProvider, terms: HoldTerms, observer: LeaseObserver | None
+) -> tuple[AcquireResult, float]:
     key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
     acquire = acquirer(provider, terms)
     loop = asyncio.get_running_loop()
@@ -73,7 +90,6 @@ async def wait_checked(provider: LeaseProvider, terms: HoldTerms) -> tuple[Acqui
         return result, started
     hub = hub_for(provider)
     marks = provider if isinstance(provider, WantMarking) else None
-    observer = observer_of(provider)
     waiter = Waiter(key, loop)
     steps = wait_steps(deadline, loop.time, marks is not None)
     answer: object = None

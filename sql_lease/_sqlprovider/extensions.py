@@ -20,9 +20,9 @@ from .._core.calls import (
     want_args,
 )
 from .._core.contract import Lease
-from .._core.validate import Millis, check_name, check_ttl
+from .._core.validate import Millis, check_limit, check_millis, check_name, check_prefix, check_ttl
 from ..capabilities import Holder, Released, Renewal
-from ..catalogue import decode_row
+from ..catalogue import LeaseState, decode_row
 from .batch_senders import CoalescedCalls
 from .guard import guard
 
@@ -108,6 +108,30 @@ class SqlExtensions(CoalescedCalls):
         statement = self._sql.list_live
         args = list_args(prefix, limit, after)
         rows = await self._run("list_leases", False, statement.sql, args)
+        return [statement.decode(row) for row in rows]
+
+    async def list_states(
+        self,
+        prefix: str | None = None,
+        *,
+        limit: int = 100,
+        after: str | None = None,
+        ended_within_ms: Millis = 60_000,
+    ) -> list[LeaseState]:
+        """What an operator watches (``sql-lease top``): in key order, the rows of live leases,
+        of leases that ended (released or expired) within ``ended_within_ms``, and of keys a
+        waiter wants, each with ``wanted_until`` and the database's ``now``.
+
+        ``prefix``, ``limit`` and ``after`` as for `list_leases`. A key or owner that is not
+        UTF-8 shows as its label (``\\x`` and hex), never raises.
+        """
+        low, high = check_prefix(prefix)
+        count = check_limit(limit)
+        within = check_millis("ended_within_ms", ended_within_ms)
+        if after is not None:
+            low = max(low, check_name("after", after) + b"\0")
+        statement = self._sql.list_states
+        rows = await self._run("list_states", False, statement.sql, (low, high, count, within))
         return [statement.decode(row) for row in rows]
 
     async def purge_expired(

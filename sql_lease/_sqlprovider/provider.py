@@ -31,7 +31,7 @@ from ..backends._urls import build_engine, normalize_url, redact
 from ..capabilities import WakeupSink, WakeupSource
 from ..catalogue import decode_row
 from ..errors import LeaseTypeError, LeaseValueError
-from ..observer import LeaseObserver, check_observer
+from ..observer import LeaseObserver, check_observer, observed_acquire
 from ..schema import DEFAULT_TABLE
 from .batch_senders import Coalesce, check_coalesce
 from .connections import Connections
@@ -87,6 +87,9 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         ``from_url`` built as its backend's ``plan`` says (then the provider owns it);
         ``checked``: the timeout, observer and coalescing mode, already checked."""
         self._timeout, self._observer, mode = checked
+        if self._observer is not None:  # acquire outcomes: on this instance only, if observed
+            observed = observed_acquire(self._observer, self.acquire_lease)
+            self.acquire_lease = observed  # type: ignore[method-assign,assignment]
         self._backend = backend = backend_for(engine)
         if schema is not None and not backend.has_schemas:
             raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import click
 
 from .. import __version__
-from . import _demo, _lease_cmds, _schema_cmds, _sql_cmd
+from . import _demo, _lease_cmds, _schema_cmds, _sql_cmd, _top
 from ._errors import CliError, ExitCode, json_error, one_line
 
 __all__ = ["cli", "run"]
@@ -43,7 +43,13 @@ def cli() -> None:
     pass
 
 
-for command in [*_schema_cmds.COMMANDS, *_lease_cmds.COMMANDS, _demo.demo_cmd, _sql_cmd.sql_cmd]:
+for command in [
+    *_schema_cmds.COMMANDS,
+    *_lease_cmds.COMMANDS,
+    _top.top_cmd,
+    _demo.demo_cmd,
+    _sql_cmd.sql_cmd,
+]:
     cli.add_command(command)
 
 from ._run_cmd import run_cmd  # noqa: E402 - registered here to keep the import block untouched

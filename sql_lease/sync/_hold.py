@@ -172,8 +172,8 @@ class HeldLease(HoldRecord):
     # -- called by the renewer ------------------------------------------------------------
 
     def _renewed(self, started: float, renewal: Renewal | None) -> None:
-        self._ticket.kept(started)
-        self._count_renewal(None if renewal is None else renewal.expires_at)
+        late = self._ticket.kept(started)
+        self._count_renewal(None if renewal is None else renewal.expires_at, late)
         self._hooks.call_now("on_renewed", self)
 
     def _renew_failed(self, exc: BaseException, now: float) -> None:

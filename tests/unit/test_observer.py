@@ -51,6 +51,11 @@ def test_event_kinds_are_the_documented_ones() -> None:
         "transferred",
         "waited",
         "woke",
+        "granted",
+        "refused",
+        "acquire_failed",
+        "wait_ended",
+        "renewed_late",
     }
 
 
@@ -276,3 +281,75 @@ async def test_held_leases_balance_to_zero_over_many_holds() -> None:
     ended = kinds.count(K.RELEASED) + kinds.count(K.LOST) + kinds.count(K.TRANSFERRED)
     assert kinds.count(K.ACQUIRED) == 12 == ended
     assert (kinds.count(K.TRANSFERRED), kinds.count(K.LOST)) == (4, 4)
+
+
+# -- contention events (acquire outcomes, waits, hold durations) and lease classes ----------
+
+
+async def test_acquire_outcomes_are_reported_with_the_holder_and_the_calls_duration() -> None:
+    recorder = Recorder()
+    p = InMemoryLeaseProvider(observer=recorder)
+    won = await p.acquire_lease("k", "a", 10_000)
+    await p.acquire_lease("k", "b", 10_000)
+    with pytest.raises(LeaseValueError):
+        await p.acquire_lease("k", "b", 0)  # bad input: not an outcome
+    granted, refused = recorder.contention
+    assert (granted.kind, granted.owner, granted.fence) == (K.GRANTED, "a", won.fence)
+    assert (refused.kind, refused.owner, refused.detail, refused.fence) == (
+        K.REFUSED,
+        "b",
+        "a",
+        won.fence,
+    )
+    assert all(e.seconds is not None and e.seconds >= 0 for e in recorder.contention)
+    await p.aclose()
+    with pytest.raises(LeaseClosedError):
+        await p.acquire_lease("k", "a", 10_000)
+    assert len(recorder.contention) == 2  # a closed provider: refused before any I/O
+
+
+async def test_a_wait_reports_its_end_once_with_its_outcome_and_duration() -> None:
+    recorder = Recorder()
+    p = InMemoryLeaseProvider(observer=recorder)
+    await p.acquire_lease("k", "holder", 60_000)
+    assert not (await p.wait_for_lease("k", "me", 10_000, timeout_ms=60)).acquired
+    [ended] = [e for e in recorder.contention if e.kind is K.WAIT_ENDED]
+    assert (ended.owner, ended.detail) == ("me", "timeout")
+    assert ended.seconds is not None and ended.seconds >= 0.06
+
+
+async def test_the_events_that_end_a_hold_carry_how_long_it_was_held() -> None:
+    recorder = Recorder()
+    p = InMemoryLeaseProvider(observer=recorder)
+    async with p.hold("k", "a", 10_000):
+        await asyncio.sleep(0.05)
+    acquired, released = recorder.events
+    assert (acquired.kind, acquired.seconds) == (K.ACQUIRED, None)
+    assert released.kind is K.RELEASED
+    assert released.seconds is not None and 0.05 <= released.seconds < 5
+
+
+def test_lease_classes_by_prefix_and_their_cap() -> None:
+    from sql_lease.observer import OTHER_CLASS, LeaseClasses, by_prefix
+
+    assert by_prefix(":")("tenant:42:import") == "tenant"
+    assert by_prefix(":", 2)("tenant:42:import") == "tenant:42"
+    assert by_prefix("/")("plain") == "plain"
+    classes = LeaseClasses(by_prefix(":"), cap=2)
+    assert [classes(k) for k in ("a:1", "b:1", "c:1", "a:2", "c:2")] == [
+        "a",
+        "b",
+        OTHER_CLASS,
+        "a",
+        OTHER_CLASS,
+    ]
+    with pytest.raises(LeaseValueError):
+        by_prefix("")
+    with pytest.raises(LeaseValueError):
+        by_prefix(":", 0)
+    with pytest.raises(LeaseValueError):
+        LeaseClasses(by_prefix(), cap=0)
+    with pytest.raises(LeaseTypeError):
+        LeaseClasses("prefix")  # type: ignore[arg-type]
+    with pytest.raises(LeaseTypeError):
+        LeaseClasses(lambda key: 1)("k")  # type: ignore[arg-type,return-value]

@@ -41,6 +41,7 @@ from ...catalogue import (
     decode_force_release,
     decode_holder,
     decode_lease,
+    decode_lease_state,
     decode_list_live,
     decode_now,
     decode_one,
@@ -248,6 +249,18 @@ ORDER BY `key` LIMIT ?3
             ("from_key", "below_key", "limit"),
             ("key", "owner", "fence", "expires_at", "acquired_at", "now"),
             decode_list_live,
+        ),
+        list_states=Statement(
+            "list_states",
+            f"""
+SELECT `key`, owner, fence, expires_at, acquired_at, wanted_until, {NOW} FROM {t}
+WHERE `key` >= ?1 AND (?2 IS NULL OR `key` < ?2)
+  AND (expires_at > {NOW} - INTERVAL ?4 * 1000 MICROSECOND OR wanted_until > {NOW})
+ORDER BY `key` LIMIT ?3
+""".strip(),
+            ("from_key", "below_key", "limit", "ended_within_ms"),
+            ("key", "owner", "fence", "expires_at", "acquired_at", "wanted_until", "now"),
+            decode_lease_state,
         ),
         purge_batch=Statement(
             "purge_batch",

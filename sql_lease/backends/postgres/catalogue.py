@@ -34,6 +34,7 @@ from ...catalogue import (
     decode_force_release,
     decode_holder,
     decode_lease,
+    decode_lease_state,
     decode_list_live,
     decode_now,
     decode_one,
@@ -255,6 +256,18 @@ ORDER BY key LIMIT $3
             ("from_key", "below_key", "limit"),
             ("key", "owner", "fence", "expires_at", "acquired_at", "now"),
             decode_list_live,
+        ),
+        list_states=Statement(
+            "list_states",
+            f"""
+SELECT key, owner, fence, expires_at, acquired_at, wanted_until, {NOW} AS now FROM {t}
+WHERE key {GE} $1 AND ($2::{BYTEA} IS NULL OR key {LT} $2)
+  AND (expires_at {GT} {minus_millis("$4::bigint")} OR wanted_until {GT} {NOW})
+ORDER BY key LIMIT $3
+""".strip(),
+            ("from_key", "below_key", "limit", "ended_within_ms"),
+            ("key", "owner", "fence", "expires_at", "acquired_at", "wanted_until", "now"),
+            decode_lease_state,
         ),
         purge_batch=Statement(
             "purge_batch",
