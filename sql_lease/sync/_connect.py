@@ -77,7 +77,7 @@ def parse(url: str | URL) -> Target:
         raise LeaseValueError(  # pragma: no cover - normalize_url raised
             f"unsupported database URL scheme {parsed.drivername!r}"
         )
-    backend.normalize_url(parsed.set(drivername=backend.async_driver))  # the checks
+    backend.normalize_url(parsed)  # the checks (a scheme its backend refuses, too)
     plain = parsed.set(drivername=_dialect(backend))
     return Target(backend, plain, redact(plain))
 
