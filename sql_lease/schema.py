@@ -14,16 +14,20 @@ import hashlib
 from typing import Final
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     CheckConstraint,
     Column,
     DateTime,
+    Integer,
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Sequence,
     Table,
 )
+
+from sqlalchemy.dialects.postgresql import JSONB
 
 from ._core.validate import MAX_NAME_BYTES, check_identifier
 
@@ -91,6 +95,18 @@ def lease_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | Non
             DateTime(timezone=True),
             nullable=True,
             comment="until when a waiter wants to hear of a release or transfer",
+        ),
+        Column(
+            "slot_limit",
+            Integer,
+            nullable=True,
+            comment="how many owners may hold the key at once (NULL: a plain lease)",
+        ),
+        Column(
+            "holders",
+            JSON().with_variant(JSONB(), "postgresql"),
+            nullable=True,
+            comment="the grants of a counting lease or a lease with metadata (JSON)",
         ),
         PrimaryKeyConstraint("key", name=f"{name}_pkey"),
         CheckConstraint(f"length(key) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_key_len"),
