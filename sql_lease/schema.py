@@ -26,7 +26,6 @@ from sqlalchemy import (
     Sequence,
     Table,
 )
-
 from sqlalchemy.dialects.postgresql import JSONB
 
 from ._core.validate import MAX_NAME_BYTES, check_identifier

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeAlias
 
 from .contract import AcquireResult
 
@@ -28,10 +28,13 @@ __all__ = [
     "RESERVED_OWNER",
     "AcquireAllResult",
     "Grant",
+    "Metadata",
     "grants_of",
     "micros",
 ]
 
+#: What ``metadata=`` takes and a `Lease` returns: bytes or str as given, or None.
+Metadata: TypeAlias = bytes | str | None
 #: The stored owner of a row holding a counting lease or a lease with metadata.
 RESERVED_OWNER: Final = b"\xff"
 #: The largest ``limit`` (every grant is rewritten with the row: keep N small).

@@ -1,5 +1,6 @@
 """The SQL provider's extensions beyond the contract: reporting forms of release, renew and
-transfer, batched renewal, break-glass release, listing, purging, waiting marks, the clock."""
+transfer, batched renewal, break-glass release, listing, purging, waiting marks, the clock,
+the wake-up source of waiters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._core.contract import Lease
 from .._core.validate import (
@@ -18,7 +21,9 @@ from .._core.validate import (
     check_prefix,
     check_ttl,
 )
-from ..capabilities import Holder, Released, Renewal
+from .._holding.wait import POLL_S
+from ..backends._urls import redact
+from ..capabilities import Holder, Released, Renewal, WakeupSink, WakeupSource
 from ..catalogue import decode_row
 from .batch_senders import CoalescedCalls
 from .guard import guard
@@ -26,10 +31,32 @@ from .guard import guard
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
 
 logger = logging.getLogger("sql_lease")
+_wait_logger = logging.getLogger("sql_lease.wait")
 
 
 class SqlExtensions(CoalescedCalls):
     """The extension methods of `SqlLeaseProvider` (its base class)."""
+
+    _listen_engine: AsyncEngine | None
+    _listens: bool
+
+    def wakeup_source(self, sink: WakeupSink) -> WakeupSource | None:
+        """The backend's notification channel feeding ``sink`` (a LISTEN connection on
+        PostgreSQL, on ``listen_url`` when given); None on SQLite and behind a transaction
+        pooler without ``listen_url`` (waiters poll: LISTEN needs a session)."""
+        if self._listen_engine is not None:
+            _wait_logger.info(
+                "waiters listen for notifications on %s", redact(self._listen_engine.url)
+            )
+            pool = self._listen_engine.sync_engine.pool
+        elif not self._listens:
+            _wait_logger.info(
+                "behind a transaction pooler without listen_url: waiters poll every %s s", POLL_S
+            )
+            return None
+        else:
+            pool = self._engine.sync_engine.pool
+        return self._backend.wakeup_source(pool, self._sql.channel, self._timeout, sink)
 
     async def release(self, key: str, owner: str) -> Released | None:
         """`release_lease` that reports what it did: the `Released` fence and database time

@@ -125,8 +125,7 @@ def _live(t: str, now: str) -> str:
 def _max_expiry(arr: str, fallback: str) -> str:
     latest = _ts(f"pg_catalog.max({_num('x.value', 'e')})")
     return (
-        f"COALESCE((SELECT {latest}"
-        f" FROM pg_catalog.jsonb_array_elements({arr}) AS x), {fallback})"
+        f"COALESCE((SELECT {latest} FROM pg_catalog.jsonb_array_elements({arr}) AS x), {fallback})"
     )
 
 
@@ -383,9 +382,7 @@ def build_counting(t: str, seq: str, channel: str) -> CountingStatements:
             ("released_at", "notified"),
             decode_count_released,
         ),
-        renew=Statement(
-            "count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count
-        ),
+        renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),
         transfer=Statement(
             "count_transfer",
             _transfer(t, seq),

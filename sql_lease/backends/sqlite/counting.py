@@ -115,7 +115,8 @@ def _with_me(arr: str, owner: str, ttl: str, meta: str, kind: str) -> str:
 def _without(arr: str, owner: str) -> str:
     return f"""(SELECT json_group_array(json(x.v)) FROM (
         SELECT value AS v FROM json_each({arr})
-        WHERE {_field("value", "o")} <> lower(hex({owner})) ORDER BY {_field("value", "f")}) AS x)"""
+        WHERE {_field("value", "o")} <> lower(hex({owner}))
+        ORDER BY {_field("value", "f")}) AS x)"""
 
 
 def _returning() -> str:
