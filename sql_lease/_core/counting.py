@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, NamedTuple, TypeAlias
 
 from .contract import AcquireResult
+from .validate import check_limit, check_metadata
 
 __all__ = [
     "EPOCH",
@@ -29,6 +30,7 @@ __all__ = [
     "AcquireAllResult",
     "Grant",
     "Metadata",
+    "check_count_args",
     "grants_of",
     "micros",
 ]
@@ -102,3 +104,11 @@ class AcquireAllResult:
     leases: dict[str, AcquireResult]
     blocked_key: str | None = None
     blocked_by: str | None = None
+
+
+def check_count_args(limit: object, metadata: object) -> tuple[int, bytes | None, bool | None]:
+    """The checked ``limit`` (1 to `MAX_LIMIT`) and metadata (its stored bytes, whether it
+    was a str), before any I/O."""
+    n = check_limit(limit, "limit", MAX_LIMIT)
+    data, is_str = check_metadata(metadata, MAX_METADATA_BYTES)
+    return n, data, is_str

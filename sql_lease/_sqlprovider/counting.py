@@ -15,20 +15,13 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from .._core.contract import AcquireResult, Lease
-from .._core.counting import MAX_KEYS, MAX_LIMIT, RESERVED_OWNER, AcquireAllResult, Grant
-from .._core.validate import check_keys, check_limit, check_metadata, check_name, check_ttl
+from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant, check_count_args
+from .._core.validate import check_keys, check_name, check_ttl
 from ..catalogue import AllRow, CountingStatements, CountRow, name_of
 from ..errors import LeaseForeignRowError, LeaseLimitMismatchError, LeaseValueError
 from .batch_senders import CoalescedCalls
 
 __all__ = ["SqlCounting", "check_count_args"]
-
-
-def check_count_args(limit: object, metadata: object) -> tuple[int, bytes | None, bool | None]:
-    """The checked ``limit`` and metadata (stored bytes, whether it was a str)."""
-    n = check_limit(limit, "limit", MAX_LIMIT)
-    data, is_str = check_metadata(metadata)
-    return n, data, is_str
 
 
 def _soonest(grants: tuple[Grant, ...]) -> Grant:
@@ -70,13 +63,13 @@ class SqlCounting(CoalescedCalls):
             if limit != 1:
                 raise LeaseLimitMismatchError(key, limit, 1)
             return AcquireResult(False, name_of(row.owner, "owner", k), row.fence, row.expires_at)
+        if row.grants and row.slot_limit != limit:
+            raise LeaseLimitMismatchError(key, limit, row.slot_limit or 1)
         for grant in row.grants:
             if grant.owner == o:
                 return AcquireResult(
                     True, o.decode("utf-8", "surrogatepass"), grant.fence, grant.expires_at
                 )
-        if row.slot_limit != limit:
-            raise LeaseLimitMismatchError(key, limit, row.slot_limit or 1)
         holder = _soonest(row.grants)
         return AcquireResult(
             False, name_of(holder.owner, "owner", k), holder.fence, holder.expires_at
