@@ -227,17 +227,16 @@ def decode_key(row: Row) -> bytes:
     return bytes(row[0])
 
 
-def decode_count_released(row: Row) -> datetime:
-    """When a counting release took effect (database time)."""
-    value: datetime = row[0]
-    return value
+def decode_count_released(row: Row) -> Released:
+    """When a counting release took effect (database time) and the released grant's fence."""
+    return Released(row[1], row[0])
 
 
 @dataclass(frozen=True, slots=True)
 class CountingStatements:
     """The statements of counting leases, metadata and all-or-none calls (see
     `sql_lease._core.counting`). Each one-key statement returns `CountRow`s, except
-    ``release`` (the time it took effect, and whether it notified).
+    ``release`` (`Released`: the grant's fence, the time it took effect).
 
     ``acquire`` (key, owner, ttl_ms, limit, metadata, metadata_is_str): grant or renew a slot,
     or change nothing; ``holders`` (key): the live row as a `CountRow` (a plain lease as one
@@ -254,7 +253,7 @@ class CountingStatements:
 
     acquire: Statement[CountRow]
     holders: Statement[CountRow]
-    release: Statement[datetime]
+    release: Statement[Released]
     renew: Statement[CountRow]
     transfer: Statement[CountRow]
     acquire_all: Callable[[int], Statement[AllRow]]

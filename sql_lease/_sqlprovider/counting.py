@@ -12,11 +12,11 @@ rows mean is in `sql_lease._core.counting` and the backends' ``counting`` module
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 
 from .._core.contract import AcquireResult, Lease
 from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant, check_count_args
 from .._core.validate import check_keys, check_name, check_ttl
+from ..capabilities import Released
 from ..catalogue import AllRow, CountingStatements, CountRow, name_of
 from ..errors import LeaseForeignRowError, LeaseLimitMismatchError, LeaseValueError
 from .batch_senders import CoalescedCalls
@@ -96,7 +96,7 @@ class SqlCounting(CoalescedCalls):
         holders = await self.get_lease_holders(key)
         return holders[0] if holders else None
 
-    async def _count_release(self, k: bytes, o: bytes) -> datetime | None:
+    async def _count_release(self, k: bytes, o: bytes) -> Released | None:
         counting = self._sql.counting
         if counting is None:
             return None

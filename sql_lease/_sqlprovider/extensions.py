@@ -25,7 +25,7 @@ from .._holding.wait import POLL_S
 from ..backends._urls import redact
 from ..capabilities import Holder, Released, Renewal, WakeupSink, WakeupSource
 from ..catalogue import decode_row
-from .batch_senders import CoalescedCalls
+from .counting import SqlCounting
 from .guard import guard
 
 __all__ = ["SqlExtensions", "key_owner", "transfer_args"]
@@ -34,7 +34,7 @@ logger = logging.getLogger("sql_lease")
 _wait_logger = logging.getLogger("sql_lease.wait")
 
 
-class SqlExtensions(CoalescedCalls):
+class SqlExtensions(SqlCounting):
     """The extension methods of `SqlLeaseProvider` (its base class)."""
 
     _listen_engine: AsyncEngine | None
@@ -62,17 +62,21 @@ class SqlExtensions(CoalescedCalls):
         """`release_lease` that reports what it did: the `Released` fence and database time
         it took effect, or None when ``owner`` held no live lease of ``key`` (a no-op)."""
         statement = self._sql.release
-        rows = await self._one(
-            self._releases, "release_lease", True, statement.sql, key_owner(key, owner)
-        )
-        return statement.decode(rows[0]) if rows else None
+        args = key_owner(key, owner)
+        rows = await self._one(self._releases, "release_lease", True, statement.sql, args)
+        if rows:
+            return statement.decode(rows[0])
+        return await self._count_release(*args)  # a grant of a counting row?
 
     async def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """`renew_lease` that reports the `Renewal` (fence, new expiry), or None when lost."""
         args = (*key_owner(key, owner), check_ttl(ttl_ms))
         statement = self._sql.renew
         rows = await self._one(self._renews, "renew_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None
+        if rows:
+            return statement.decode(rows[0])
+        grant = await self._count_renew(*args)  # a grant of a counting row?
+        return None if grant is None else Renewal(grant.fence, grant.expires_at)
 
     async def transfer(
         self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis

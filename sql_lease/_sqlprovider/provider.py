@@ -32,7 +32,7 @@ from ..observer import LeaseObserver, check_observer
 from ..schema import DEFAULT_TABLE
 from .batch_senders import Coalesce, check_coalesce
 from .connections import Connections
-from .counting import SqlCounting, check_count_args
+from .counting import check_count_args
 from .execute import CANCEL_GRACE
 from .extensions import SqlExtensions, key_owner, transfer_args
 
@@ -44,7 +44,7 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 logger = logging.getLogger("sql_lease")
 
 
-class SqlLeaseProvider(SqlExtensions, SqlCounting, LeaseLifecycle):
+class SqlLeaseProvider(SqlExtensions, LeaseLifecycle):
     """Leases stored in PostgreSQL (asyncpg) or SQLite (aiosqlite) through a SQLAlchemy
     `AsyncEngine`; the backend (`sql_lease.backends`) is picked from the engine's dialect.
 

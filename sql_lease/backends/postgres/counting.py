@@ -270,17 +270,23 @@ WHERE l.key {EQ} $1
 
 def _release(t: str, channel: str) -> str:
     """($1 key, $2 owner): the owner's grant (live or expired) removed; when none is left
-    the row expires now. Returns when, and whether a waiter was notified."""
+    the row expires now. Returns when, the grant's fence (read in the statement's snapshot,
+    which holds the grant: only its owner removes it), and whether a waiter was notified."""
     gone = f"{_without(_live('l', 'z.now'), '$2')}"
     notified = f"(CASE WHEN l.wanted_until {GT} {NOW} THEN {notify(channel, 'l.key')} END)"
     return f"""
+WITH old AS MATERIALIZED (
+    SELECT {_num("v.value", "f")} AS fence
+    FROM {t} AS o, pg_catalog.jsonb_array_elements(o.holders) AS v
+    WHERE o.key {EQ} $1 AND o.owner {EQ} {RESERVED} AND {_field("v.value", "o")} {EQ} {_hex("$2")}
+)
 UPDATE {t} AS l SET (holders, expires_at) = (
     SELECT n.h, {_max_expiry("n.h", NOW)}
     FROM (SELECT {gone} AS h FROM (SELECT {_us(NOW)} AS now) AS z) AS n)
 WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED}
   AND EXISTS (SELECT FROM pg_catalog.jsonb_array_elements(l.holders) AS v
               WHERE {_field("v.value", "o")} {EQ} {_hex("$2")})
-RETURNING {NOW}, {notified} IS NOT NULL AS notified
+RETURNING {NOW}, (SELECT old.fence FROM old), {notified} IS NOT NULL AS notified
 """.strip()
 
 
@@ -379,7 +385,7 @@ def build_counting(t: str, seq: str, channel: str) -> CountingStatements:
             "count_release",
             _release(t, channel),
             ("key", "owner"),
-            ("released_at", "notified"),
+            ("released_at", "fence", "notified"),
             decode_count_released,
         ),
         renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),

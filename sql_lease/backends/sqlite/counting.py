@@ -207,13 +207,19 @@ WHERE l.key = ?1
 
 
 def _release(t: str) -> str:
-    """(?1 key, ?2 owner): the owner's grant removed; none left: the row expires now."""
+    """(?1 key, ?2 owner): the owner's grant removed; none left: the row expires now.
+    Returns when, and the grant's fence (``old`` is materialised by the ``WHERE``, before
+    the row changes)."""
     return f"""
+WITH old AS MATERIALIZED (
+    SELECT {_field("value", "f")} AS fence FROM {t} AS o, json_each(o.holders)
+    WHERE o.key = ?1 AND o.owner = {RESERVED} AND {_field("value", "o")} = lower(hex(?2))
+)
 UPDATE {t} AS l SET (holders, expires_at) = (
     SELECT n.h, {_max_expiry("n.h", NOW)}
     FROM (SELECT {_without(_live("l"), "?2")} AS h) AS n)
-WHERE l.key = ?1 AND l.owner = {RESERVED} AND {_mine("l.holders", "?2")}
-RETURNING {NOW}
+WHERE l.key = ?1 AND l.owner = {RESERVED} AND EXISTS (SELECT 1 FROM old)
+RETURNING {NOW}, (SELECT fence FROM old)
 """.strip()
 
 
@@ -295,7 +301,11 @@ def build_counting(t: str, nf: str) -> CountingStatements:
         ),
         holders=Statement("count_holders", _holders(t), ("key",), row, decode_count),
         release=Statement(
-            "count_release", _release(t), ("key", "owner"), ("released_at",), decode_count_released
+            "count_release",
+            _release(t),
+            ("key", "owner"),
+            ("released_at", "fence"),
+            decode_count_released,
         ),
         renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),
         transfer=Statement(
