@@ -11,7 +11,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._core.contract import Lease
+from .._core.contract import ForeignLease, Lease
+from .._core.counting import RESERVED_OWNER
 from .._core.validate import (
     Millis,
     check_items,
@@ -135,6 +136,7 @@ class SqlExtensions(SqlCounting):
         """Live leases in key order, optionally those whose key starts with ``prefix``.
 
         ``limit`` caps the page (1 to 10,000); pass the last key seen as ``after`` for the next.
+        A counting lease shows as its live grants, one `Lease` each (with its metadata).
         """
         low, high = check_prefix(prefix)
         count = check_limit(limit)
@@ -142,7 +144,20 @@ class SqlExtensions(SqlCounting):
             low = max(low, check_name("after", after) + b"\0")
         statement = self._sql.list_live
         rows = await self._run("list_leases", False, statement.sql, (low, high, count))
-        return [statement.decode(row) for row in rows]
+        leases = [statement.decode(row) for row in rows]
+        if any(isinstance(lease, ForeignLease) for lease in leases):
+            leases = await self._expand_counting(leases)
+        return leases
+
+    async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
+        """The listed rows with each counting key (its owner reserved) as its live grants."""
+        out: list[Lease] = []
+        for lease in leases:
+            if isinstance(lease, ForeignLease) and lease.owner_bytes == RESERVED_OWNER:
+                out.extend(await self.get_lease_holders(lease.key))
+            else:
+                out.append(lease)
+        return out
 
     async def purge_expired(
         self,

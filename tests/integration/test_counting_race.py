@@ -7,7 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import uuid
 from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ def most_at_once(grants: list[Grant]) -> int:
 
 
 def test_the_checker_counts_overlaps() -> None:
-    t0 = datetime(2026, 1, 1)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     ms = timedelta(milliseconds=1)
     grants = [("a", 1, t0, t0 + 10 * ms), ("b", 2, t0 + 5 * ms, t0 + 20 * ms)]
     assert most_at_once(grants) == 2
