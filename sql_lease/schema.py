@@ -5,7 +5,9 @@ are stored as the UTF-8 bytes of the Python string (``bytea``): PostgreSQL ``tex
 NUL, and Mastra's thread keys contain it. Expiry (``expires_at``) is the only column renewals
 change and it is not indexed, so renewals are HOT updates; the table leaves room for them
 (``fillfactor``). Fences come from one sequence per table with ``CACHE 1``: a per-session cache
-would hand out values out of order across connections.
+would hand out values out of order across connections. ``slot_limit`` and ``holders``
+(migration 0009) stay NULL on plain leases; a counting lease or a lease with metadata keeps
+its grants there (see `sql_lease._core.counting`).
 """
 
 from __future__ import annotations
