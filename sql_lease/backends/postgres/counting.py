@@ -56,7 +56,7 @@ MASK: Final = (1 << SEQUENCE_BITS) - 1
 M5: Final = "$5::pg_catalog.bytea"
 K6: Final = "$6::pg_catalog.bool"
 TIMELINE: Final = (
-    "('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name("
+    "('x'::pg_catalog.text OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name("
     "pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::pg_catalog.int8"
 )
 
@@ -92,10 +92,13 @@ def _hex(b: str) -> str:
 
 
 def _fence(seq: str) -> str:
-    """A new fence: the sequence's next value with the timeline in its top bits (0004)."""
+    """A new fence: the sequence's next value with the timeline in its top bits, as migration
+    0006's trigger function writes it (drawn once: ``q.v``)."""
     b = SEQUENCE_BITS
+    shifted = f"(q.v OPERATOR(pg_catalog.>>) {b})"
+    high = f"(GREATEST({TIMELINE}, {shifted}) OPERATOR(pg_catalog.<<) {b})"
     return (
-        f"(SELECT (GREATEST({TIMELINE}, q.v >> {b}) << {b}) | (q.v & {MASK})"
+        f"(SELECT {high} OPERATOR(pg_catalog.|) (q.v OPERATOR(pg_catalog.&) {MASK})"
         f" FROM (SELECT {nextval(seq)} AS v) AS q)"
     )
 
