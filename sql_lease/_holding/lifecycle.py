@@ -67,7 +67,7 @@ class LeaseLifecycle(RuntimeOwner):
         )
 
     async def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis, limit: int = 1
     ) -> AcquireResult:
         """Acquire ``key``, waiting up to ``timeout_ms`` (ms or `timedelta`) for it to be free.
 
@@ -75,6 +75,9 @@ class LeaseLifecycle(RuntimeOwner):
         On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
         the holder's expiry), so it does not poll; in memory a release wakes it at once; on
         SQLite it re-checks every 50 ms and at the holder's expiry. See `sql_lease._holding.wait`.
+        ``limit=N``: wait for a slot of a counting lease (a release of one wakes a waiter).
         """
         provider = cast(LeaseProvider, self)
-        return await wait_for_lease(provider, key, owner, ttl_ms, timeout_ms=timeout_ms)
+        return await wait_for_lease(
+            provider, key, owner, ttl_ms, timeout_ms=timeout_ms, limit=limit
+        )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from functools import partial
 
 from .._core.contract import AcquireResult, LeaseProvider
 from .._core.validate import Millis, check_millis, check_name, check_ttl
@@ -43,17 +44,26 @@ def hub_for(provider: LeaseProvider) -> Hub:
 
 
 async def wait_for(
-    provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    timeout_ms: Millis,
+    limit: int = 1,
 ) -> tuple[AcquireResult, float]:
-    """`wait_for_lease`, also returning the loop time at which the last acquire started."""
+    """`wait_for_lease`, also returning the loop time at which the last acquire started.
+    ``limit`` other than 1: a slot of a counting lease (our providers' ``limit=``)."""
     check_name("key", key)
     check_name("owner", owner)
     ttl = check_ttl(ttl_ms)
     timeout = check_millis("timeout_ms", timeout_ms)
+    acquire = provider.acquire_lease
+    if limit != 1 or type(limit) is not int:
+        acquire = partial(provider.acquire_lease, limit=limit)  # type: ignore[call-arg]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout / 1000
     started = loop.time()
-    result = await provider.acquire_lease(key, owner, ttl)
+    result = await acquire(key, owner, ttl)
     if result.acquired or timeout == 0:
         return result, started
     hub = hub_for(provider)
@@ -74,7 +84,7 @@ async def wait_for(
                 await hub.listener.ready(min(remaining, hub.ready_within))
             waiter.generation = hub.generation()
             started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
+            result = await acquire(key, owner, ttl)
             if result.acquired:
                 return result, started
             # The key was free when it was marked, and someone took it since: mark the new
@@ -88,7 +98,7 @@ async def wait_for(
                 continue
             await _sleep(hub, waiter, provider, result, deadline, observer, owner)
             started = loop.time()
-            result = await provider.acquire_lease(key, owner, ttl)
+            result = await acquire(key, owner, ttl)
             if result.acquired:
                 return result, started
     except BaseException:
@@ -140,7 +150,13 @@ async def _sleep(
 
 
 async def wait_for_lease(
-    provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    *,
+    timeout_ms: Millis,
+    limit: int = 1,
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_ms`` for it to become free.
 
@@ -148,5 +164,5 @@ async def wait_for_lease(
     result (naming the holder). ``timeout_ms=0`` is a single `acquire_lease`. Database errors
     propagate.
     """
-    result, _ = await wait_for(provider, key, owner, ttl_ms, timeout_ms)
+    result, _ = await wait_for(provider, key, owner, ttl_ms, timeout_ms, limit)
     return result

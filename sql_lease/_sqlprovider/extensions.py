@@ -186,11 +186,14 @@ class SqlExtensions(SqlCounting):
         return total
 
     async def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
-        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
+        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free (a
+        counting key: a `Holder` with no name, the newest fence and the latest expiry)."""
         k = check_name("key", key)
         wait = check_ttl(wait_ms)
         statement = self._sql.want
         rows = await self._run("want", True, statement.sql, (k, wait))
+        if rows and rows[0][0] == RESERVED_OWNER:  # a counting row: (reserved, newest fence)
+            return Holder("", rows[0][1], rows[0][2])
         return decode_row(statement, rows[0], k) if rows else None
 
     # -- fencing inside the caller's transaction (sql_lease._sqlprovider.guard) ------------------

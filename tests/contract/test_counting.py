@@ -207,3 +207,25 @@ async def test_bad_keys_of_all_or_none_are_refused(
 ) -> None:
     with pytest.raises(exc):
         await provider.acquire_leases(keys, "o", LONG)
+
+
+async def test_a_released_slot_wakes_a_waiter(provider: Any) -> None:
+    await provider.acquire_lease("sem", "a", LONG, limit=2)
+    await provider.acquire_lease("sem", "b", LONG, limit=2)
+    waiter = asyncio.create_task(
+        provider.wait_for_lease("sem", "c", LONG, timeout_ms=20_000, limit=2)
+    )
+    await asyncio.sleep(0.3)
+    assert not waiter.done()
+    await provider.release_lease("sem", "a")
+    # Woken by the release (NOTIFY, the in-memory wake-up, or SQLite's 50 ms poll), not by
+    # the holders' expiry 30 s away.
+    result = await asyncio.wait_for(waiter, 10)
+    assert result.acquired and result.owner == "c"
+    assert [h.owner for h in await provider.get_lease_holders("sem")] == ["b", "c"]
+
+
+async def test_waiting_for_a_full_counting_key_times_out_naming_a_holder(provider: Any) -> None:
+    await provider.acquire_lease("sem", "a", LONG, limit=1, metadata="m")
+    result = await provider.wait_for_lease("sem", "c", LONG, timeout_ms=300, limit=1)
+    assert not result.acquired and result.owner == "a"
