@@ -259,9 +259,14 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
-            if entry is None or entry.owner != owner:
+            grants = self._slots.live(key, now)
+            slot = None if grants is None else grants.by_owner.get(owner)
+            if slot is not None and self._slots.release(key, owner):  # a grant
+                entry = _Entry(owner, slot.fence, slot.expires, slot.acquired)
+            elif entry is None or entry.owner != owner:
                 return None
-            del self._leases[key]
+            else:
+                del self._leases[key]
             released = Released(entry.fence, self._wall(now))
         self._wake_waiters(key)
         return released
@@ -378,7 +383,10 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
             for key, owner in pairs:
                 entry = self._live(key, now)
                 if entry is None or entry.owner != owner:
-                    out.append(None)
+                    slot = self._slots.renew(key, owner, now, ttl_ms / 1000)  # a grant?
+                    out.append(
+                        None if slot is None else Renewal(slot.fence, self._wall(slot.expires))
+                    )
                     continue
                 entry.expires = now + ttl_ms / 1000
                 out.append(Renewal(entry.fence, self._wall(entry.expires)))

@@ -17,6 +17,7 @@ import enum
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
@@ -110,8 +111,10 @@ class HeldLease:
         on_renewed: LeaseHook | None = None,
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
+        limit: int = 1,
     ) -> None:
         ttl_ms, renew_every_ms, wait_ms = check_hold(key, owner, ttl_ms, renew_every_ms, wait_ms)
+        self._limit = limit  # a slot of a counting lease (checked by `acquire_lease`)
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
@@ -264,9 +267,12 @@ class HeldLease:
         try:
             if self._wait_ms:
                 return await wait_for(
-                    self._provider, self.key, self.owner, self.ttl_ms, self._wait_ms
+                    self._provider, self.key, self.owner, self.ttl_ms, self._wait_ms, self._limit
                 )
             started = loop.time()
+            if self._limit != 1:  # our providers' counting leases
+                acquire = partial(self._provider.acquire_lease, limit=self._limit)  # type: ignore[call-arg]
+                return await acquire(self.key, self.owner, self.ttl_ms), started
             return await self._provider.acquire_lease(self.key, self.owner, self.ttl_ms), started
         except BaseException as exc:
             self._state = _State.EXITED

@@ -42,13 +42,15 @@ class LeaseLifecycle(RuntimeOwner):
         on_renewed: LeaseHook | None = None,
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
+        limit: int = 1,
     ) -> HeldLease:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
         See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
         to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds ``key``
         for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is lost.
-        Durations are ints of milliseconds or `timedelta` values.
+        Durations are ints of milliseconds or `timedelta` values. ``limit=N``: hold a slot of
+        a counting lease (see `acquire_lease`).
         """
         if self._closed:
             raise closed_error(self, "hold")
@@ -64,6 +66,7 @@ class LeaseLifecycle(RuntimeOwner):
             on_renewed=on_renewed,
             on_lost=on_lost,
             on_released=on_released,
+            limit=limit,
         )
 
     async def wait_for_lease(

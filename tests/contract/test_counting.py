@@ -229,3 +229,14 @@ async def test_waiting_for_a_full_counting_key_times_out_naming_a_holder(provide
     await provider.acquire_lease("sem", "a", LONG, limit=1, metadata="m")
     result = await provider.wait_for_lease("sem", "c", LONG, timeout_ms=300, limit=1)
     assert not result.acquired and result.owner == "a"
+
+
+async def test_hold_keeps_a_slot_renewed_and_releases_it(provider: Any) -> None:
+    await provider.acquire_lease("sem", "other", LONG, limit=2)
+    async with provider.hold("sem", "me", 300, limit=2) as held:
+        assert held.fence is not None
+        await asyncio.sleep(0.8)  # past the TTL: only renewals keep it
+        holders = {h.owner: h for h in await provider.get_lease_holders("sem")}
+        assert set(holders) == {"other", "me"} and holders["me"].fence == held.fence
+        assert held.renewals > 0
+    assert [h.owner for h in await provider.get_lease_holders("sem")] == ["other"]
