@@ -298,10 +298,16 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
         check_name("key", key)
         self._check_open("force_release")
         with self._lock:
-            entry = self._live(key, self._clock())
-            if entry is None:
+            now = self._clock()
+            dropped = self._slots.drop(key, now)  # every grant of a counting key
+            entry = self._live(key, now)
+            if dropped is not None:
+                slot = dropped[1]
+                entry = _Entry(dropped[0], slot.fence, slot.expires, slot.acquired)
+            elif entry is None:
                 return False
-            del self._leases[key]
+            else:
+                del self._leases[key]
         self._wake_waiters(key)
         logger.warning(
             "force-released lease %r held by %r (fence %d)", key, entry.owner, entry.fence

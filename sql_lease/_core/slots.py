@@ -146,6 +146,14 @@ class Slots:
             mine.metadata = metadata[0]
         return mine
 
+    def drop(self, key: str, now: float) -> tuple[str, Slot] | None:
+        """End every grant of ``key`` (a force-release); its newest grant, or None."""
+        grants = self.live(key, now)
+        if grants is None:
+            return None
+        del self._keys[key]
+        return max(grants.by_owner.items(), key=lambda item: item[1].fence)
+
     def adopt(self, key: str, owner: str, slot: Slot) -> None:
         """A plain lease becomes a grant with limit 1 (it is given metadata)."""
         self._keys[key] = Grants(1, {owner: slot})

@@ -240,3 +240,13 @@ async def test_hold_keeps_a_slot_renewed_and_releases_it(provider: Any) -> None:
         assert set(holders) == {"other", "me"} and holders["me"].fence == held.fence
         assert held.renewals > 0
     assert [h.owner for h in await provider.get_lease_holders("sem")] == ["other"]
+
+
+async def test_force_release_ends_every_grant_of_a_counting_key(provider: Any) -> None:
+    await provider.acquire_lease("sem", "a", LONG, limit=2)
+    await provider.acquire_lease("sem", "b", LONG, limit=2)
+    assert await provider.force_release("sem")
+    assert await provider.get_lease_holders("sem") == []
+    assert not await provider.renew_lease("sem", "a", LONG)
+    assert (await provider.acquire_lease("sem", "c", LONG, limit=3)).acquired
+    assert [h.owner for h in await provider.get_lease_holders("sem")] == ["c"]

@@ -112,9 +112,10 @@ def _grant(owner: str, fence: str, now: str, ttl: str, meta: str, kind: str) -> 
 
 
 def _live(t: str, now: str) -> str:
-    """The live grants of row ``t`` as a jsonb array (a live plain lease as one grant)."""
+    """The live grants of row ``t`` as a jsonb array (a live plain lease as one grant). The
+    row's expiry bounds its grants: a force-release (which sets it to now) ends them all."""
     h = "h.value"
-    return f"""CASE WHEN {t}.owner {EQ} {RESERVED} THEN (
+    return f"""CASE WHEN {t}.owner {EQ} {RESERVED} AND {t}.expires_at {GT} {_ts(now)} THEN (
         SELECT COALESCE(pg_catalog.jsonb_agg({h} ORDER BY {_num(h, "f")}), '[]'::{JSONB})
         FROM pg_catalog.jsonb_array_elements({t}.holders) AS h
         WHERE {_num(h, "e")} {GT} {now})
@@ -227,7 +228,8 @@ UPDATE {t} AS l SET (holders, expires_at) = (
     SELECT n.h, {_max_expiry("n.h", "l.expires_at")}
     FROM (SELECT {_with_me(_live("l", "z.now"), "$2", "z.now", "$3", null_meta, "NULL")} AS h
           FROM (SELECT {_us(NOW)} AS now) AS z) AS n)
-WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED} AND {_live_grant("l.holders", "$2")}
+WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED} AND l.expires_at {GT} {NOW}
+  AND {_live_grant("l.holders", "$2")}
 {_returning("l")}
 """.strip()
 
@@ -264,7 +266,7 @@ UPDATE {t} AS l SET (owner, fence, expires_at, acquired_at, slot_limit, holders)
         ELSE {_without("d.cur", "$2")} {CONCAT} pg_catalog.jsonb_build_array({new})
         END AS h) AS n)
 WHERE l.key {EQ} $1
-  AND ((l.owner {EQ} {RESERVED} AND {_live_grant("l.holders", "$2")}
+  AND ((l.owner {EQ} {RESERVED} AND l.expires_at {GT} {NOW} AND {_live_grant("l.holders", "$2")}
         AND ({same} OR NOT {_live_grant("l.holders", "$3")}))
        OR (l.owner {EQ} $2 AND l.expires_at {GT} {NOW}))
 {_returning("l")}

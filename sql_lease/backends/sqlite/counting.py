@@ -73,7 +73,7 @@ def _field(v: str, name: str) -> str:
 
 
 def _live(t: str) -> str:
-    return f"""CASE WHEN {t}.owner = {RESERVED} THEN (
+    return f"""CASE WHEN {t}.owner = {RESERVED} AND {t}.expires_at > {NOW} THEN (
         SELECT json_group_array(json(x.v)) FROM (
             SELECT value AS v FROM json_each({t}.holders)
             WHERE {_field("value", "e")} > {NOW_US} ORDER BY {_field("value", "f")}) AS x)
@@ -166,7 +166,8 @@ def _renew(t: str) -> str:
 UPDATE {t} AS l SET (holders, expires_at) = (
     SELECT n.h, {_max_expiry("n.h", "l.expires_at")}
     FROM (SELECT {_with_me(_live("l"), "?2", "?3", "NULL", "NULL")} AS h) AS n)
-WHERE l.key = ?1 AND l.owner = {RESERVED} AND {_live_grant("l.holders", "?2")}
+WHERE l.key = ?1 AND l.owner = {RESERVED} AND l.expires_at > {NOW}
+  AND {_live_grant("l.holders", "?2")}
 {_returning()}
 """.strip()
 
@@ -199,7 +200,7 @@ UPDATE {t} AS l SET (owner, fence, expires_at, acquired_at, slot_limit, holders)
         ELSE json_insert({_without("d.cur", "?2")}, '$[#]', json({new})) END AS h
         FROM (SELECT {_live("l")} AS cur) AS d) AS n)
 WHERE l.key = ?1
-  AND ((l.owner = {RESERVED} AND {_live_grant("l.holders", "?2")}
+  AND ((l.owner = {RESERVED} AND l.expires_at > {NOW} AND {_live_grant("l.holders", "?2")}
         AND ({same} OR NOT {_live_grant("l.holders", "?3")}))
        OR (l.owner = ?2 AND l.expires_at > {NOW}))
 {_returning()}
