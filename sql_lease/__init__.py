@@ -5,6 +5,7 @@ gap-free transfer and fencing tokens. Implements Mastra's `LeaseProvider` contra
 """
 
 from ._core.contract import AcquireResult, ForeignLease, Lease, LeaseProvider, is_lease_provider
+from ._core.counting import AcquireAllResult
 from ._exclusive import exclusive
 from ._holding.held import HeldLease, LeaseHook
 from ._memory import InMemoryLeaseProvider
@@ -20,6 +21,7 @@ from .errors import (
     LeaseError,
     LeaseForeignRowError,
     LeaseForkedError,
+    LeaseLimitMismatchError,
     LeaseLost,
     LeaseNotAcquired,
     LeaseSchemaError,
@@ -37,6 +39,7 @@ __all__ = [
     "LONG_KEY_HEAD_BYTES",
     "LONG_KEY_MARKER",
     "NOOP_LEASE_PROVIDER",
+    "AcquireAllResult",
     "AcquireResult",
     "Coordinator",
     "ForeignLease",
@@ -54,6 +57,7 @@ __all__ = [
     "LeaseForeignRowError",
     "LeaseForkedError",
     "LeaseHook",
+    "LeaseLimitMismatchError",
     "LeaseLost",
     "LeaseNotAcquired",
     "LeaseObserver",

@@ -7,11 +7,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Self
 
 from ._core.contract import AcquireResult, Lease
+from ._core.counting import Metadata, check_count_args
+from ._core.slots import Entry as _Entry
+from ._core.slots import MemoryCounting, Slot, Slots
 from ._core.validate import (
     Millis,
     check_items,
@@ -47,15 +49,7 @@ _OBSERVED = {
 logger = logging.getLogger("sql_lease")
 
 
-@dataclass(slots=True)
-class _Entry:
-    owner: str
-    fence: int
-    expires: float  # clock seconds
-    acquired: float
-
-
-class InMemoryLeaseProvider(LeaseLifecycle):
+class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
     """Leases in a dict, judged by a monotonic clock; asyncio- and thread-safe.
 
     ``observer`` (a `sql_lease.observer.LeaseObserver`) sees each operation and lease event.
@@ -87,6 +81,7 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             self.acquire_lease = observed  # type: ignore[method-assign,assignment]
         self._clock = clock
         self._leases: dict[str, _Entry] = {}
+        self._slots = Slots()
         self._fences = itertools.count(1)
         self._lock = threading.Lock()
         self._wall0 = datetime.now(UTC)
@@ -127,16 +122,23 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             return None
         return entry
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+    async def acquire_lease(
+        self, key: str, owner: str, ttl_ms: Millis, *, limit: int = 1, metadata: Metadata = None
+    ) -> AcquireResult:
         """Claim ``key`` for ``owner`` for ``ttl_ms`` if free, expired or already ``owner``'s
-        (then only the expiry moves; the fence stays); else report the live holder."""
+        (then only the expiry moves; the fence stays); else report the live holder.
+        ``limit=N``, ``metadata``: as `SqlLeaseProvider.acquire_lease`."""
         check_name("key", key)
         check_name("owner", owner)
         ttl_ms = check_ttl(ttl_ms)
+        counted = type(limit) is not int or limit != 1 or metadata is not None
+        checked = check_count_args(limit, metadata) if counted else (1, None, None)
         if self._closed:
             raise LeaseClosedError("acquire_lease")
         with self._lock:
             now = self._clock()
+            if counted or self._slots.live(key, now) is not None:
+                return self._count_acquire(key, owner, ttl_ms, checked, metadata is not None)
             entry = self._live(key, now)
             if entry is None:
                 entry = _Entry(owner, next(self._fences), now + ttl_ms / 1000, now)
@@ -153,6 +155,9 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         if self._closed:
             raise LeaseClosedError("get_lease_owner")
         with self._lock:
+            grants = self._slots.live(key, self._clock())
+            if grants is not None:
+                return grants.oldest()[0]
             entry = self._live(key, self._clock())
             return None if entry is None else entry.owner
 
@@ -161,6 +166,9 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         check_name("key", key)
         self._check_open("get_lease")
         with self._lock:
+            grants = self._slots.live(key, self._clock())
+            if grants is not None:
+                return self._slot_lease(key, *grants.oldest())
             entry = self._live(key, self._clock())
             if entry is None:
                 return None
@@ -176,9 +184,10 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             raise LeaseClosedError("release_lease")
         with self._lock:
             entry = self._leases.get(key)
-            if entry is None or entry.owner != owner:
-                return
-            del self._leases[key]
+            if not self._slots.release(key, owner):
+                if entry is None or entry.owner != owner:
+                    return
+                del self._leases[key]
         self._wake_waiters(key)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
@@ -191,6 +200,8 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             raise LeaseClosedError("renew_lease")
         with self._lock:
             now = self._clock()
+            if self._slots.renew(key, owner, now, ttl_ms / 1000) is not None:
+                return True
             entry = self._live(key, now)
             if entry is None or entry.owner != owner:
                 return False
@@ -198,19 +209,39 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             return True
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis, *, metadata: Metadata = None
     ) -> bool:
         """Hand ``from_owner``'s live lease of ``key`` to ``to_owner`` for ``ttl_ms`` with a
-        new fence, at once (the key is never free); False when not held by ``from_owner``."""
+        new fence, at once (the key is never free); False when not held by ``from_owner``.
+        ``metadata``: as `SqlLeaseProvider.transfer_lease`."""
         check_name("key", key)
         check_name("from_owner", from_owner)
         check_name("to_owner", to_owner)
         ttl_ms = check_ttl(ttl_ms)
+        check_count_args(1, metadata)
         if self._closed:
             raise LeaseClosedError("transfer_lease")
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
+            if metadata is not None and entry is not None and entry.owner == from_owner:
+                del self._leases[key]  # a lease given metadata keeps it in a grant
+                slot = Slot(entry.fence, entry.expires, entry.acquired)
+                self._slots.adopt(key, from_owner, slot)
+            if self._slots.live(key, now) is not None:
+                fences = self._fences
+                value = (
+                    bytes(metadata) if isinstance(metadata, bytearray | memoryview) else metadata
+                )
+                moved = self._slots.transfer(
+                    key,
+                    (from_owner, to_owner),
+                    now,
+                    ttl_ms / 1000,
+                    lambda: next(fences),
+                    (value, metadata is not None),
+                )
+                return moved is not None  # the number of holders is unchanged: no waiter wakes
             if entry is None or entry.owner != from_owner:
                 return False
             entry.expires = now + ttl_ms / 1000
@@ -230,9 +261,14 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         with self._lock:
             now = self._clock()
             entry = self._live(key, now)
-            if entry is None or entry.owner != owner:
+            grants = self._slots.live(key, now)
+            slot = None if grants is None else grants.by_owner.get(owner)
+            if slot is not None and self._slots.release(key, owner):  # a grant
+                entry = _Entry(owner, slot.fence, slot.expires, slot.acquired)
+            elif entry is None or entry.owner != owner:
                 return None
-            del self._leases[key]
+            else:
+                del self._leases[key]
             released = Released(entry.fence, self._wall(now))
         self._wake_waiters(key)
         return released
@@ -249,7 +285,10 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         if not await self.transfer_lease(key, from_owner, to_owner, ttl_ms):
             return None
         with self._lock:
-            entry = self._leases[key]
+            entry = self._leases.get(key)
+            if entry is None:  # a grant of a counting key
+                lease = [h for h in await self.get_lease_holders(key) if h.owner == to_owner]
+                return Renewal(lease[0].fence, lease[0].expires_at) if lease else None
             return Renewal(entry.fence, self._wall(entry.expires))
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
@@ -261,10 +300,16 @@ class InMemoryLeaseProvider(LeaseLifecycle):
         check_name("key", key)
         self._check_open("force_release")
         with self._lock:
-            entry = self._live(key, self._clock())
-            if entry is None:
+            now = self._clock()
+            dropped = self._slots.drop(key, now)  # every grant of a counting key
+            entry = self._live(key, now)
+            if dropped is not None:
+                slot = dropped[1]
+                entry = _Entry(dropped[0], slot.fence, slot.expires, slot.acquired)
+            elif entry is None:
                 return False
-            del self._leases[key]
+            else:
+                del self._leases[key]
         self._wake_waiters(key)
         logger.warning(
             "force-released lease %r held by %r (fence %d)", key, entry.owner, entry.fence
@@ -346,7 +391,10 @@ class InMemoryLeaseProvider(LeaseLifecycle):
             for key, owner in pairs:
                 entry = self._live(key, now)
                 if entry is None or entry.owner != owner:
-                    out.append(None)
+                    slot = self._slots.renew(key, owner, now, ttl_ms / 1000)  # a grant?
+                    out.append(
+                        None if slot is None else Renewal(slot.fence, self._wall(slot.expires))
+                    )
                     continue
                 entry.expires = now + ttl_ms / 1000
                 out.append(Renewal(entry.fence, self._wall(entry.expires)))

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 from ._core.contract import ForeignLease, Lease
+from ._core.counting import Grant, grants_of
 from .capabilities import Holder, Released, Renewal
 from .errors import LeaseForeignRowError
 
@@ -27,9 +28,12 @@ __all__ = [
     "WRITE_COLUMNS",
     "WRITE_KINDS",
     "AcquireRow",
+    "AllRow",
     "Batch",
     "Batches",
     "Catalogue",
+    "CountRow",
+    "CountingStatements",
     "LeaseRow",
     "LeaseState",
     "Row",
@@ -37,8 +41,12 @@ __all__ = [
     "Statement",
     "Transaction",
     "decode_acquire",
+    "decode_all",
+    "decode_count",
+    "decode_count_released",
     "decode_force_release",
     "decode_holder",
+    "decode_key",
     "decode_lease",
     "decode_lease_state",
     "decode_list_live",
@@ -174,8 +182,8 @@ def decode_list_live(row: Row) -> Lease:
         row[2],
         row[3],
         row[4],
-        key,
-        owner,
+        key_bytes=key,
+        owner_bytes=owner,
     )
 
 
@@ -215,6 +223,77 @@ def decode_now(row: Row) -> datetime:
 
 def decode_one(row: Row) -> int:
     return 1
+
+
+class CountRow(NamedTuple):
+    """A counting statement's row: the stored owner (`RESERVED_OWNER` for a counting row,
+    else a plain lease's), the holders' limit (None: plain), the live grants of a counting
+    row, and the row's fence and expiry (a plain lease's own)."""
+
+    owner: bytes
+    slot_limit: int | None
+    grants: tuple[Grant, ...]
+    fence: int
+    expires_at: datetime
+
+
+def decode_count(row: Row) -> CountRow:
+    return CountRow(bytes(row[0]), row[1], grants_of(row[2]), row[3], row[4])
+
+
+class AllRow(NamedTuple):
+    """A row of an all-or-none acquire: the key, whether it was taken (None: it has no row
+    yet), its fence and expiry when taken, the holder that blocked it."""
+
+    key: bytes
+    acquired: bool | None
+    fence: int | None
+    expires_at: datetime | None
+    holder: bytes | None
+
+
+def decode_all(row: Row) -> AllRow:
+    return AllRow(bytes(row[0]), row[1], row[2], row[3], None if row[4] is None else bytes(row[4]))
+
+
+def decode_key(row: Row) -> bytes:
+    return bytes(row[0])
+
+
+def decode_count_released(row: Row) -> Released:
+    """When a counting release took effect (database time) and the released grant's fence."""
+    return Released(row[1], row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class CountingStatements:
+    """The statements of counting leases, metadata and all-or-none calls (see
+    `sql_lease._core.counting`). Each one-key statement returns `CountRow`s, except
+    ``release`` (`Released`: the grant's fence, the time it took effect).
+
+    ``acquire`` (key, owner, ttl_ms, limit, metadata, metadata_is_str): grant or renew a slot,
+    or change nothing; ``holders`` (key): the live row as a `CountRow` (a plain lease as one
+    grant); ``renew`` (key, owner, ttl_ms) and ``transfer`` (key, from_owner, to_owner, ttl_ms,
+    metadata, metadata_is_str): one row when done; ``release`` (key, owner).
+    ``acquire_all(n)`` (n sorted keys, owner, ttl_ms) and ``release_all(n)`` (keys, owner):
+    the statements for ``n`` keys, whose key parameters ``keys_args(keys)`` binds (an array
+    on PostgreSQL, one parameter per key on SQLite); `AllRow`s, nothing written unless every
+    key was free or the owner's. ``ensure(n)`` (PostgreSQL): expired placeholder rows for keys
+    that have none (``acquire_all`` reports them with ``acquired`` None: it can only lock
+    rows that exist). ``blocker(n)`` (SQLite, whose write returns no row when it took
+    nothing): the first key held by another owner, read after a refusal.
+    """
+
+    acquire: Statement[CountRow]
+    holders: Statement[CountRow]
+    release: Statement[Released]
+    renew: Statement[CountRow]
+    transfer: Statement[CountRow]
+    acquire_all: Callable[[int], Statement[AllRow]]
+    release_all: Callable[[int], Statement[bytes]]
+    keys_args: Callable[[list[bytes]], tuple[object, ...]]
+    ensure: Callable[[int], Statement[bytes]] | None = None
+    blocker: Callable[[int], Statement[AllRow]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,4 +389,5 @@ class Catalogue:
     max_batch: int
     batches: Batches | None = None
     transaction: Transaction | None = None
+    counting: CountingStatements | None = None
     server_calls: Mapping[str, ServerCall] = field(default_factory=dict)

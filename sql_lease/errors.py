@@ -17,6 +17,7 @@ __all__ = [
     "LeaseError",
     "LeaseForeignRowError",
     "LeaseForkedError",
+    "LeaseLimitMismatchError",
     "LeaseLost",
     "LeaseNotAcquired",
     "LeaseSchemaError",
@@ -36,6 +37,21 @@ class LeaseTypeError(LeaseError, TypeError):
 
 class LeaseValueError(LeaseError, ValueError):
     """An argument has the right type but an invalid value (raised before any I/O)."""
+
+
+class LeaseLimitMismatchError(LeaseValueError):
+    """A counting call (``limit=``) on a key whose live holders agreed on another limit (a
+    plain lease counts as ``limit=1``). Nothing changed. ``key``, ``limit`` (the call's) and
+    ``held_limit`` (the holders') are attributes."""
+
+    def __init__(self, key: str, limit: int, held_limit: int) -> None:
+        super().__init__(
+            f"key {key!r} is held with limit={held_limit}; this call asked for limit={limit}:"
+            " every holder of a key must use the same limit"
+        )
+        self.key = key
+        self.limit = limit
+        self.held_limit = held_limit
 
 
 class LeaseClosedError(LeaseError, RuntimeError):

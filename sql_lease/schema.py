@@ -5,7 +5,9 @@ are stored as the UTF-8 bytes of the Python string (``bytea``): PostgreSQL ``tex
 NUL, and Mastra's thread keys contain it. Expiry (``expires_at``) is the only column renewals
 change and it is not indexed, so renewals are HOT updates; the table leaves room for them
 (``fillfactor``). Fences come from one sequence per table with ``CACHE 1``: a per-session cache
-would hand out values out of order across connections.
+would hand out values out of order across connections. ``slot_limit`` and ``holders``
+(migration 0009) stay NULL on plain leases; a counting lease or a lease with metadata keeps
+its grants there (see `sql_lease._core.counting`).
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ import hashlib
 from typing import Final
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     CheckConstraint,
     Column,
     DateTime,
+    Integer,
     LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Sequence,
     Table,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from ._core.validate import MAX_NAME_BYTES, check_identifier
 
@@ -91,6 +96,18 @@ def lease_table(metadata: MetaData, name: str = DEFAULT_TABLE, schema: str | Non
             DateTime(timezone=True),
             nullable=True,
             comment="until when a waiter wants to hear of a release or transfer",
+        ),
+        Column(
+            "slot_limit",
+            Integer,
+            nullable=True,
+            comment="how many owners may hold the key at once (NULL: a plain lease)",
+        ),
+        Column(
+            "holders",
+            JSON().with_variant(JSONB(), "postgresql"),
+            nullable=True,
+            comment="the grants of a counting lease or a lease with metadata (JSON)",
         ),
         PrimaryKeyConstraint("key", name=f"{name}_pkey"),
         CheckConstraint(f"length(key) BETWEEN 1 AND {MAX_NAME_BYTES}", name=f"{name}_key_len"),

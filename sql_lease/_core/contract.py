@@ -49,6 +49,8 @@ class Lease:
     fence: int
     expires_at: datetime
     acquired_at: datetime
+    #: What the holder stored with the lease (``metadata=``): bytes or str as given, or None.
+    metadata: bytes | str | None = None
 
 
 @dataclass(frozen=True, slots=True)

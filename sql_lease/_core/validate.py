@@ -14,7 +14,9 @@ __all__ = [
     "Millis",
     "check_identifier",
     "check_items",
+    "check_keys",
     "check_limit",
+    "check_metadata",
     "check_millis",
     "check_name",
     "check_prefix",
@@ -129,3 +131,34 @@ def check_prefix(prefix: object) -> tuple[bytes, bytes | None]:
     if not stripped:
         return low, None
     return low, stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def check_metadata(value: object, most: int = 1024) -> tuple[bytes | None, bool | None]:
+    """Validate ``metadata=``: None, bytes (or bytearray/memoryview) or str, at most ``most``
+    bytes (a str as its UTF-8, lone surrogates as ``surrogatepass``); returns the stored bytes
+    and whether it was a str (both None for None)."""
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        data, is_str = value.encode("utf-8", "surrogatepass"), True
+    elif isinstance(value, bytes | bytearray | memoryview):
+        data, is_str = bytes(value), False
+    else:
+        raise LeaseTypeError(f"metadata must be bytes, str or None, not {type(value).__name__}")
+    if len(data) > most:
+        raise LeaseValueError(f"metadata is {len(data)} bytes; the limit is {most}")
+    return data, is_str
+
+
+def check_keys(keys: object, most: int = 1000) -> list[bytes]:
+    """Validate the keys of an all-or-none call: an iterable (not a str) of 1 to ``most``
+    keys; returns their stored forms, sorted and without duplicates (the order rows are
+    locked in, so two such calls never wait for each other in a cycle)."""
+    if isinstance(keys, str | bytes) or not hasattr(keys, "__iter__"):
+        raise LeaseTypeError("keys must be an iterable of str (a list or a set), not a str")
+    stored = sorted({check_name("key", key) for key in keys})
+    if not stored:
+        raise LeaseValueError("keys must not be empty")
+    if len(stored) > most:
+        raise LeaseValueError(f"at most {most} keys at once, not {len(stored)}")
+    return stored

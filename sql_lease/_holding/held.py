@@ -104,8 +104,10 @@ class HeldLease(HoldRecord):
         on_renewed: LeaseHook | None = None,
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
+        limit: int = 1,
     ) -> None:
         terms = hold_terms(key, owner, ttl_ms, renew_every_ms, wait_ms)  # checked once
+        self._limit = limit  # a slot of a counting lease (checked by `acquire_lease`)
         if not isinstance(cancel_on_loss, bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
         hooks = {"on_acquired": on_acquired, "on_renewed": on_renewed, "on_lost": on_lost}
@@ -235,9 +237,9 @@ class HeldLease(HoldRecord):
     async def _acquire(self, loop: asyncio.AbstractEventLoop) -> tuple[AcquireResult, float]:
         try:
             if self._wait_ms:
-                return await wait_checked(self._provider, self._terms)
+                return await wait_checked(self._provider, self._terms, self._limit)
             started = loop.time()
-            return await acquirer(self._provider, self._terms)(), started
+            return await acquirer(self._provider, self._terms, self._limit)(), started
         except BaseException as exc:
             self._state = HoldState.EXITED
             if isinstance(exc, asyncio.CancelledError) or (

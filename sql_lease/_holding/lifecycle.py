@@ -42,13 +42,15 @@ class LeaseLifecycle(RuntimeOwner):
         on_renewed: LeaseHook | None = None,
         on_lost: LeaseHook | None = None,
         on_released: LeaseHook | None = None,
+        limit: int = 1,
     ) -> HeldLease:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
         See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
         to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds ``key``
         for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is lost.
-        Durations are ints of milliseconds or `timedelta` values.
+        Durations are ints of milliseconds or `timedelta` values. ``limit=N``: hold a slot of
+        a counting lease (see `acquire_lease`).
         """
         if self._closed:
             raise closed_error(self, "hold")
@@ -64,10 +66,11 @@ class LeaseLifecycle(RuntimeOwner):
             on_renewed=on_renewed,
             on_lost=on_lost,
             on_released=on_released,
+            limit=limit,
         )
 
     async def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis, limit: int = 1
     ) -> AcquireResult:
         """Acquire ``key``, waiting up to ``timeout_ms`` (ms or `timedelta`) for it to be free.
 
@@ -75,6 +78,9 @@ class LeaseLifecycle(RuntimeOwner):
         On PostgreSQL a waiter sleeps until the holder's release or transfer is notified (or
         the holder's expiry), so it does not poll; in memory a release wakes it at once; on
         SQLite it re-checks every 50 ms and at the holder's expiry. See `sql_lease._holding.wait`.
+        ``limit=N``: wait for a slot of a counting lease (a release of one wakes a waiter).
         """
         provider = cast(LeaseProvider, self)
-        return await wait_for_lease(provider, key, owner, ttl_ms, timeout_ms=timeout_ms)
+        return await wait_for_lease(
+            provider, key, owner, ttl_ms, timeout_ms=timeout_ms, limit=limit
+        )

@@ -25,6 +25,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 from .._core.contract import AcquireResult, LeaseProvider
 from .._core.policy import CheckedCalls, HoldTerms, wait_terms
@@ -50,9 +51,15 @@ def hub_for(provider: LeaseProvider) -> Hub:
     return runtime_of(provider).hub
 
 
-def acquirer(provider: LeaseProvider, terms: HoldTerms) -> Callable[[], Awaitable[AcquireResult]]:
+def acquirer(
+    provider: LeaseProvider, terms: HoldTerms, limit: int = 1
+) -> Callable[[], Awaitable[AcquireResult]]:
     """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
-    others get ``acquire_lease``."""
+    others get ``acquire_lease``; ``limit`` other than 1: a slot of a counting lease (our
+    providers' ``acquire_lease(..., limit=)``, which checks it)."""
+    if limit != 1 or type(limit) is not int:
+        counting: Any = provider.acquire_lease
+        return partial(counting, terms.key, terms.owner, terms.ttl_ms, limit=limit)
     if isinstance(provider, CheckedCalls) and "acquire_lease" not in vars(provider):
         # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
         return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
@@ -60,28 +67,36 @@ def acquirer(provider: LeaseProvider, terms: HoldTerms) -> Callable[[], Awaitabl
 
 
 async def wait_for(
-    provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    timeout_ms: Millis,
+    limit: int = 1,
 ) -> tuple[AcquireResult, float]:
     """`wait_for_lease`, also returning the loop time at which the last acquire started."""
-    return await wait_checked(provider, wait_terms(key, owner, ttl_ms, timeout_ms))
+    return await wait_checked(provider, wait_terms(key, owner, ttl_ms, timeout_ms), limit)
 
 
-async def wait_checked(provider: LeaseProvider, terms: HoldTerms) -> tuple[AcquireResult, float]:
+async def wait_checked(
+    provider: LeaseProvider, terms: HoldTerms, limit: int = 1
+) -> tuple[AcquireResult, float]:
     """`wait_for` with arguments checked already (a hold's: checked once, not again here);
     ``terms.wait_ms`` is the timeout. Reported to the provider's observer as one
-    ``WAIT_ENDED`` event."""
+    ``WAIT_ENDED`` event. ``limit`` other than 1: a slot of a counting lease (our providers'
+    ``limit=``)."""
     observer = observer_of(provider)
     if observer is None:
-        return await _wait_checked(provider, terms, None)
-    wait = _wait_checked(provider, terms, observer)
+        return await _wait_checked(provider, terms, None, limit)
+    wait = _wait_checked(provider, terms, observer, limit)
     return await observed_wait(observer, terms.key, terms.owner, wait)
 
 
 async def _wait_checked(
-    provider: LeaseProvider, terms: HoldTerms, observer: LeaseObserver | None
+    provider: LeaseProvider, terms: HoldTerms, observer: LeaseObserver | None, limit: int
 ) -> tuple[AcquireResult, float]:
     key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
-    acquire = acquirer(provider, terms)
+    acquire = acquirer(provider, terms, limit)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     started = loop.time()
@@ -158,7 +173,13 @@ async def _sleep(
 
 
 async def wait_for_lease(
-    provider: LeaseProvider, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+    provider: LeaseProvider,
+    key: str,
+    owner: str,
+    ttl_ms: Millis,
+    *,
+    timeout_ms: Millis,
+    limit: int = 1,
 ) -> AcquireResult:
     """Acquire ``key`` for ``owner``, waiting up to ``timeout_ms`` for it to become free.
 
@@ -166,5 +187,5 @@ async def wait_for_lease(
     result (naming the holder). ``timeout_ms=0`` is a single `acquire_lease`. Database errors
     propagate.
     """
-    result, _ = await wait_for(provider, key, owner, ttl_ms, timeout_ms)
+    result, _ = await wait_for(provider, key, owner, ttl_ms, timeout_ms, limit)
     return result

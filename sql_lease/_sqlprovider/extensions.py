@@ -1,5 +1,6 @@
 """The SQL provider's extensions beyond the contract: reporting forms of release, renew and
-transfer, batched renewal, break-glass release, listing, purging, waiting marks, the clock."""
+transfer, batched renewal, break-glass release, listing, purging, waiting marks, the clock,
+the wake-up source of waiters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._core.calls import (
     key_owner,
@@ -19,36 +22,45 @@ from .._core.calls import (
     transfer_args,
     want_args,
 )
-from .._core.contract import Lease
+from .._core.contract import ForeignLease, Lease
+from .._core.counting import RESERVED_OWNER
 from .._core.validate import Millis, check_limit, check_millis, check_name, check_prefix, check_ttl
 from ..capabilities import Holder, Released, Renewal
 from ..catalogue import LeaseState, decode_row
-from .batch_senders import CoalescedCalls
+from .counting import SqlCounting
 from .guard import guard
 
 __all__ = ["SqlExtensions"]
 
 logger = logging.getLogger("sql_lease")
+_wait_logger = logging.getLogger("sql_lease.wait")
 
 
-class SqlExtensions(CoalescedCalls):
+class SqlExtensions(SqlCounting):
     """The extension methods of `SqlLeaseProvider` (its base class)."""
+
+    _listen_engine: AsyncEngine | None
+    _listens: bool
 
     async def release(self, key: str, owner: str) -> Released | None:
         """`release_lease` that reports what it did: the `Released` fence and database time
         it took effect, or None when ``owner`` held no live lease of ``key`` (a no-op)."""
         statement = self._sql.release
-        rows = await self._one(
-            self._releases, "release_lease", True, statement.sql, key_owner(key, owner)
-        )
-        return statement.decode(rows[0]) if rows else None
+        args = key_owner(key, owner)
+        rows = await self._one(self._releases, "release_lease", True, statement.sql, args)
+        if rows:
+            return statement.decode(rows[0])
+        return await self._count_release(*args)  # a grant of a counting row?
 
     async def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """`renew_lease` that reports the `Renewal` (fence, new expiry), or None when lost."""
         args = (*key_owner(key, owner), check_ttl(ttl_ms))
         statement = self._sql.renew
         rows = await self._one(self._renews, "renew_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None
+        if rows:
+            return statement.decode(rows[0])
+        grant = await self._count_renew(*args)  # a grant of a counting row?
+        return None if grant is None else Renewal(grant.fence, grant.expires_at)
 
     async def transfer(
         self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
@@ -83,7 +95,16 @@ class SqlExtensions(CoalescedCalls):
         rows: list[Any] = []
         for sql, args in renew_chunks(self._sql, pairs, ttl):
             rows += await self._run("renew_leases", True, sql, args)
-        return renewed_in_order(self._sql, rows, pairs)
+        renewed = renewed_in_order(self._sql, rows, pairs)
+        if self._sql.counting is not None and None in renewed:
+            grants: dict[tuple[bytes, bytes], Renewal | None] = {}
+            for n, (k, o) in enumerate(pairs):  # the misses: grants of counting rows?
+                if renewed[n] is None:
+                    if (k, o) not in grants:  # one statement each
+                        got = await self._count_renew(k, o, ttl)
+                        grants[k, o] = None if got is None else Renewal(got.fence, got.expires_at)
+                    renewed[n] = grants[k, o]
+        return renewed
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -104,11 +125,15 @@ class SqlExtensions(CoalescedCalls):
         """Live leases in key order, optionally those whose key starts with ``prefix``.
 
         ``limit`` caps the page (1 to 10,000); pass the last key seen as ``after`` for the next.
+        A counting lease shows as its live grants, one `Lease` each (with its metadata).
         """
         statement = self._sql.list_live
         args = list_args(prefix, limit, after)
         rows = await self._run("list_leases", False, statement.sql, args)
-        return [statement.decode(row) for row in rows]
+        leases = [statement.decode(row) for row in rows]
+        if any(isinstance(lease, ForeignLease) for lease in leases):
+            leases = await self._expand_counting(leases)
+        return leases
 
     async def list_states(
         self,
@@ -134,6 +159,16 @@ class SqlExtensions(CoalescedCalls):
         rows = await self._run("list_states", False, statement.sql, (low, high, count, within))
         return [statement.decode(row) for row in rows]
 
+    async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
+        """The listed rows with each counting key (its owner reserved) as its live grants."""
+        out: list[Lease] = []
+        for lease in leases:
+            if isinstance(lease, ForeignLease) and lease.owner_bytes == RESERVED_OWNER:
+                out.extend(await self.get_lease_holders(lease.key))
+            else:
+                out.append(lease)
+        return out
+
     async def purge_expired(
         self,
         *,
@@ -158,10 +193,13 @@ class SqlExtensions(CoalescedCalls):
             return total
 
     async def mark_wanted(self, key: str, wait_ms: Millis) -> Holder | None:
-        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free."""
+        """Mark ``key`` wanted for ``wait_ms``; returns its live holder, or None if free (a
+        counting key: a `Holder` with no name, the newest fence and the latest expiry)."""
         args = want_args(key, wait_ms)
         statement = self._sql.want
         rows = await self._run("want", True, statement.sql, args)
+        if rows and rows[0][0] == RESERVED_OWNER:  # a counting row: (reserved, newest fence)
+            return Holder("", rows[0][1], rows[0][2])
         return decode_row(statement, rows[0], args[0]) if rows else None
 
     # -- fencing inside the caller's transaction (sql_lease._sqlprovider.guard) ------------------

@@ -15,6 +15,7 @@ from sqlalchemy.pool import NullPool
 from .._core.calls import key_owner, transfer_args
 from .._core.contention import ContentionHints
 from .._core.contract import AcquireResult, Lease
+from .._core.counting import RESERVED_OWNER, Metadata
 from .._core.deadlines import Deadlines
 from .._core.provider_args import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -30,11 +31,12 @@ from ..backends import Plan, PlanOptions, backend_for, backend_for_url
 from ..backends._urls import build_engine, normalize_url, redact
 from ..capabilities import WakeupSink, WakeupSource
 from ..catalogue import decode_row
-from ..errors import LeaseTypeError, LeaseValueError
+from ..errors import LeaseForeignRowError, LeaseTypeError, LeaseValueError
 from ..observer import LeaseObserver, check_observer, observed_acquire
 from ..schema import DEFAULT_TABLE
 from .batch_senders import Coalesce, check_coalesce
 from .connections import Connections
+from .counting import check_count_args
 from .execute import CANCEL_GRACE
 from .extensions import SqlExtensions
 
@@ -252,16 +254,23 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
 
     # -- the contract (each method awaits `_run` itself: one coroutine frame less) -------
 
-    async def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+    async def acquire_lease(
+        self, key: str, owner: str, ttl_ms: Millis, *, limit: int = 1, metadata: Metadata = None
+    ) -> AcquireResult:
         """Claim ``key`` for ``owner`` for ``ttl_ms`` if free, expired or already ``owner``'s
-        (then only the expiry moves; the fence stays); else report the live holder."""
+        (then only the expiry moves; the fence stays); else report the live holder.
+        ``limit=N``, ``metadata``: see `SqlCounting` (a counting lease, a lease with data)."""
         k = check_name("key", key)
         o = check_name("owner", owner)
-        return await self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+        ttl = check_ttl(ttl_ms)
+        if type(limit) is not int or limit != 1 or metadata is not None:
+            return await self._count_acquire(key, k, o, ttl, check_count_args(limit, metadata))
+        return await self._acquire_checked(k, o, owner, ttl)
 
     async def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
         """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
-        checked values come here directly (`sql_lease._core.policy.CheckedCalls`)."""
+        checked values come here directly (`sql_lease._core.policy.CheckedCalls`). A plain
+        acquire that meets a counting row (its owner reserved) is judged as a counting one."""
         sql = self._sql
         hints = self._hints
         started = monotonic()
@@ -276,6 +285,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
                     reads.leave()
             else:
                 rows = await self._queued(reads, "acquire_lease", False, (k,))
+            if rows and rows[0][0] == RESERVED_OWNER:  # a counting row
+                return await self._count_acquire(_key_of(k), k, o, ttl, (1, None, None))
             held = hints.seen_held(rows, k, o, sql.holder)
             if held is not None:
                 self.acquire_reads += 1
@@ -293,6 +304,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
                     acquires.leave()
             else:
                 rows = await self._queued(acquires, "acquire_lease", True, (k, o, ttl), seconds)
+            if rows and rows[0][3] == RESERVED_OWNER and not any(r[0] for r in rows):
+                return await self._count_acquire(_key_of(k), k, o, ttl, (1, None, None))
             answer = hints.answer(rows, k, o, owner, decode)
             if answer is not None:
                 return answer
@@ -313,16 +326,23 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
                 reads.leave()
         else:
             rows = await self._queued(reads, "get_lease_owner", False, (k,))
-        return decode_row(statement, rows[0], k) if rows else None
+        try:
+            return decode_row(statement, rows[0], k) if rows else None
+        except LeaseForeignRowError as exc:
+            lease = await self._count_lease(key, rows[0][0], exc)  # a counting row: oldest holder
+        return None if lease is None else lease.owner
 
     async def get_lease(self, key: str) -> Lease | None:
-        """The live lease of ``key`` (owner, fence, times), or None."""
+        """The live lease of ``key`` (owner, fence, times, metadata; counting: the oldest)."""
         k = check_name("key", key)
         statement = self._sql.get_lease
         rows = await self._one(self._lease_reads, "get_lease", False, statement.sql, (k,))
         if not rows:
             return None
-        owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
+        try:
+            owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
+        except LeaseForeignRowError as exc:
+            return await self._count_lease(key, rows[0][0], exc)  # a counting row: oldest holder
         return Lease(key, owner, fence, expires_at, acquired_at)
 
     async def release_lease(self, key: str, owner: str) -> None:
@@ -331,11 +351,13 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         releases = self._releases
         if releases.enter():
             try:
-                await self._run("release_lease", True, self._sql.release.sql, args)
+                rows = await self._run("release_lease", True, self._sql.release.sql, args)
             finally:
                 releases.leave()
         else:
-            await self._queued(releases, "release_lease", True, args)
+            rows = await self._queued(releases, "release_lease", True, args)
+        if not rows:  # the owner's grant of a counting row?
+            await self._count_release(*args)
 
     async def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
         """Set the expiry of ``owner``'s live lease of ``key`` to now + ``ttl_ms``; False (and
@@ -344,25 +366,34 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         renews = self._renews
         if renews.enter():
             try:
-                return bool(await self._run("renew_lease", True, self._sql.renew.sql, args))
+                rows = await self._run("renew_lease", True, self._sql.renew.sql, args)
             finally:
                 renews.leave()
-        return bool(await self._queued(renews, "renew_lease", True, args))
+        else:
+            rows = await self._queued(renews, "renew_lease", True, args)
+        # None, or the owner's grant of a counting row?
+        return bool(rows) or await self._count_renew(*args) is not None
 
     async def transfer_lease(
-        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis, *, metadata: Metadata = None
     ) -> bool:
         """Hand ``from_owner``'s live lease of ``key`` to ``to_owner`` for ``ttl_ms`` with a
         new fence, in one statement (the key is never free); False when not held by
-        ``from_owner``."""
+        ``from_owner``. ``metadata``: see `SqlCounting`."""
         args = transfer_args(key, from_owner, to_owner, ttl_ms)
+        if metadata is not None:
+            data, is_str = check_count_args(1, metadata)[1:]
+            return await self._count_transfer(args, data, is_str) is not None
         transfers = self._transfers
         if transfers.enter():
             try:
-                return bool(await self._run("transfer_lease", True, self._sql.transfer.sql, args))
+                rows = await self._run("transfer_lease", True, self._sql.transfer.sql, args)
             finally:
                 transfers.leave()
-        return bool(await self._queued(transfers, "transfer_lease", True, args))
+        else:
+            rows = await self._queued(transfers, "transfer_lease", True, args)
+        # None, or the owner's grant of a counting row?
+        return bool(rows) or await self._count_transfer(args, None, None) is not None
 
     def wakeup_source(self, sink: WakeupSink) -> WakeupSource | None:
         """The backend's notification channel feeding ``sink`` (a LISTEN connection on
@@ -377,3 +408,8 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         else:
             pool = self._engine.sync_engine.pool
         return self._backend.wakeup_source(pool, self._sql.channel, self._timeout, sink)
+
+
+def _key_of(k: bytes) -> str:
+    """The key whose stored form is ``k`` (checked already: UTF-8 with surrogates passed)."""
+    return k.decode("utf-8", "surrogatepass")

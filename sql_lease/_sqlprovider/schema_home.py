@@ -41,6 +41,17 @@ def renames(old: Catalogue, new: Catalogue) -> dict[str, str]:
             kinds = tuple(k for k in range(count) if mask >> k & 1)
             pairs.append((old.batches.writes(kinds).sql, new.batches.writes(kinds).sql))
         pairs.append((old.batches.read.sql, new.batches.read.sql))
+    was, now = old.counting, new.counting
+    if was is not None and now is not None:  # texts of PostgreSQL's are the same for any n
+        pairs += [
+            (a.sql, getattr(now, f.name).sql)
+            for f in fields(was)
+            if isinstance(a := getattr(was, f.name), Statement)
+        ]
+        pairs += [(was.acquire_all(1).sql, now.acquire_all(1).sql)]
+        pairs += [(was.release_all(1).sql, now.release_all(1).sql)]
+        if was.ensure is not None and now.ensure is not None:
+            pairs.append((was.ensure(1).sql, now.ensure(1).sql))
     return dict(pairs)
 
 

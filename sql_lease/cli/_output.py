@@ -66,6 +66,9 @@ def lease_fields(lease: Lease, now: datetime) -> dict[str, Any]:
         "acquired_at": lease.acquired_at.isoformat(),
         "expires_in_ms": millis_between(lease.expires_at, now),
     }
+    if lease.metadata is not None:  # str as is; bytes as {"hex": ...}
+        data = lease.metadata
+        fields["metadata"] = data if isinstance(data, str) else {"hex": data.hex()}
     if isinstance(lease, ForeignLease):
         fields["foreign"] = True
         fields["key_hex"] = lease.key_bytes.hex()
@@ -108,22 +111,33 @@ def _cells(lease: Lease) -> tuple[str, str]:
 def describe_lease(lease: Lease, now: datetime) -> str:
     """One line: who holds it, its fence and time left."""
     left = format_duration(millis_between(lease.expires_at, now))
+    data = "" if lease.metadata is None else f", metadata {_metadata(lease.metadata)}"
     return (
         f"{escape(lease.key)} is held by {escape(lease.owner)} "
-        f"(fence {lease.fence}, expires in {left}, acquired {format_time(lease.acquired_at)})"
+        f"(fence {lease.fence}, expires in {left}, acquired {format_time(lease.acquired_at)}"
+        f"{data})"
     )
+
+
+def _metadata(data: bytes | str) -> str:
+    """Metadata for people: a str escaped, bytes as ``\\x`` and hex."""
+    return escape(data) if isinstance(data, str) else "\\x" + data.hex()
 
 
 def lease_table(leases: Sequence[Lease], now: datetime) -> None:
     """Live leases as a table on stdout; keys and owners escaped."""
-    table = Table("key", "owner", "fence", "expires in", "acquired at", box=None, pad_edge=False)
+    columns = ["key", "owner", "fence", "expires in", "acquired at"]
+    with_data = any(lease.metadata is not None for lease in leases)
+    table = Table(*columns, *(["metadata"] if with_data else []), box=None, pad_edge=False)
     for lease in leases:
         key, owner = _cells(lease)
+        data = [] if not with_data or lease.metadata is None else [Text(_metadata(lease.metadata))]
         table.add_row(
             Text(key),
             Text(owner),
             str(lease.fence),
             format_duration(millis_between(lease.expires_at, now)),
             format_time(lease.acquired_at),
+            *data,
         )
     console().print(table)

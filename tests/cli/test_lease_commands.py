@@ -167,3 +167,30 @@ def test_libpq_parameters_and_a_host_list_work_from_the_command_line(
     shown = cli("get", "via-hosts", "--url", listed, "--json")
     assert shown.code == 0 and json.loads(shown.out)["owner"] == "ops"
     assert cli("check", "--url", listed).code == 0  # the schema commands take it too
+
+
+def test_list_and_get_show_metadata_and_every_holder_of_a_counting_key(
+    sql_lease: Cli, cli_url: str
+) -> None:
+    import asyncio
+
+    from sql_lease import SqlLeaseProvider
+
+    async def setup() -> None:
+        async with SqlLeaseProvider.from_url(cli_url) as p:
+            await p.acquire_lease("meta", "m-owner", 60_000, metadata="host web-3")
+            await p.acquire_lease("sem", "s1", 60_000, limit=2, metadata=b"\x01")
+            await p.acquire_lease("sem", "s2", 60_000, limit=2)
+
+    asyncio.run(setup())
+    result = sql_lease("list", "--url", cli_url, "--json")
+    assert result.code == 0, result.err
+    listed = {(item["key"], item["owner"]): item for item in json.loads(result.out)["leases"]}
+    assert set(listed) >= {("meta", "m-owner"), ("sem", "s1"), ("sem", "s2")}
+    assert listed[("meta", "m-owner")]["metadata"] == "host web-3"
+    assert listed[("sem", "s1")]["metadata"] == {"hex": "01"}
+    assert "metadata" not in listed[("sem", "s2")]
+    table = sql_lease("list", "--url", cli_url)
+    assert "metadata" in table.out and "host web-3" in table.out and "s2" in table.out
+    got = sql_lease("get", "meta", "--url", cli_url)
+    assert "metadata host web-3" in got.out, got.out

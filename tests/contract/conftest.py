@@ -67,7 +67,9 @@ async def pgbouncer_provider(
 #: semantics and what they report. Bad input is refused before a call can queue, and holding,
 #: waiting and the coordinator call the same methods (and run with the default, adaptive
 #: coalescing on the other providers): running them batched too would only lengthen the suite.
-BATCHED_MODULES = frozenset({"test_semantics", "test_reporting_forms", "test_extensions"})
+BATCHED_MODULES = frozenset(
+    {"test_semantics", "test_reporting_forms", "test_extensions", "test_counting"}
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

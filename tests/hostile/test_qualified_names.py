@@ -238,3 +238,37 @@ def test_two_processes_racing_on_hot_keys_never_overlap(hostile: Hostile, mode: 
     stats = check_history(events)
     assert stats["tenures"] > 10 and stats["failed_acquires"] > 10, stats
     _after(hostile, before, mode.endswith("pooler"))
+
+
+async def _counting_contract(p: SqlLeaseProvider, hostile: Hostile) -> None:
+    grants = [await p.acquire_lease("sem", f"w{i}", 60_000, limit=2) for i in range(3)]
+    assert [g.acquired for g in grants] == [True, True, False]
+    assert grants[1].fence is not None and grants[0].fence is not None
+    assert grants[1].fence > grants[0].fence
+    assert [h.owner for h in await p.get_lease_holders("sem")] == ["w0", "w1"]
+    assert await p.renew_lease("sem", "w0", 60_000)
+    assert await p.transfer_lease("sem", "w1", "w2", 60_000)
+    await p.release_lease("sem", "w0")
+    assert [h.owner for h in await p.get_lease_holders("sem")] == ["w2"]
+    assert (await p.acquire_lease("meta", "m", 60_000, metadata="x")).acquired
+    lease = await p.get_lease("meta")
+    assert lease is not None and (lease.owner, lease.metadata) == ("m", "x")
+    taken = await p.acquire_leases(["a1", "a2"], "me", 60_000)
+    assert taken.acquired
+    refused = await p.acquire_leases(["a3", "sem"], "me", 60_000)
+    assert (refused.acquired, refused.blocked_key, refused.blocked_by) == (False, "sem", "w2")
+    assert await p.release_leases(["a1", "a2"], "me") == 2
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["asyncpg", "pooler"])
+async def test_counting_calls_are_untouched(hostile: Hostile, pooled: bool) -> None:
+    hostile.plant_sessions()
+    hostile.clear()
+    before = hostile.mark()
+    url = hostile.pooled if pooled else hostile.direct
+    p = SqlLeaseProvider.from_url(url, timeout=10, pooler="transaction" if pooled else None)
+    try:
+        await _counting_contract(p, hostile)
+    finally:
+        await p.aclose()
+    _after(hostile, before, pooled)

@@ -46,6 +46,7 @@ from ...catalogue import (
 from ...schema import fence_sequence_name, notify_channel
 from .. import quote_ident
 from .batch import build_batches
+from .counting import build_counting
 from .functions import server_calls
 from .sqlnames import (
     BYTEA,
@@ -303,6 +304,7 @@ RETURNING owner, fence, expires_at
         guard=Statement("guard", guard_sql(t), ("key", "fence"), ("?column?",), decode_one),
         max_batch=MAX_BATCH,
         batches=build_batches(t, next_fence, channel),
+        counting=build_counting(t, seq, channel),
     )
     if where is None:
         return cat  # never sent: the provider finds the table's schema first

@@ -33,6 +33,7 @@ from ...catalogue import (
     decode_renewed_pair,
 )
 from ...schema import notify_channel
+from .counting import build_counting
 
 __all__ = ["MAX_BATCH", "NOW", "build_catalogue", "counter_table_name", "sqlite_ddl"]
 
@@ -217,6 +218,7 @@ RETURNING 1
         guard=None,  # fencing inside the caller's transaction needs PostgreSQL's FOR SHARE
         max_batch=MAX_BATCH,
         transaction=TRANSACTION,
+        counting=build_counting(t, next_fence),
     )
 
 

@@ -1,0 +1,65 @@
+"""Migration 0009 (counting leases, metadata): leases taken before it keep working after it,
+the library's plain calls work on a database still before it (a rolling upgrade), offline SQL
+names the two columns, and downgrading removes them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sql_lease import SqlLeaseProvider, migrate
+
+
+def _urls(make_database: Callable[[], str], tmp_path: Path, kind: str) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'leases.db'}"
+    return make_database()
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+def test_leases_from_before_0009_keep_working_after_it(
+    make_database: Callable[[], str], tmp_path: Path, kind: str
+) -> None:
+    url = _urls(make_database, tmp_path, kind)
+    migrate.upgrade(url, "0006")
+
+    async def before() -> int:
+        async with SqlLeaseProvider.from_url(url) as p:  # today's statements on 0006
+            first = await p.acquire_lease("old", "a", 60_000)
+            assert first.acquired and first.fence is not None
+            assert await p.renew_lease("old", "a", 60_000)
+            return first.fence
+
+    fence = asyncio.run(before())
+    migrate.upgrade(url)
+
+    async def after() -> None:
+        async with SqlLeaseProvider.from_url(url) as p:
+            lease = await p.get_lease("old")
+            assert lease is not None and (lease.owner, lease.fence) == ("a", fence)
+            assert lease.metadata is None
+            assert [h.owner for h in await p.get_lease_holders("old")] == ["a"]
+            assert not (await p.acquire_lease("old", "b", 60_000)).acquired
+            # The same owner adds metadata to its lease; the fence stays.
+            again = await p.acquire_lease("old", "a", 60_000, metadata="m")
+            assert again.acquired and again.fence == fence
+            assert (await p.acquire_lease("sem", "x", 60_000, limit=2)).acquired
+            await p.release_lease("old", "a")
+            assert await p.get_lease_owner("old") is None
+
+    asyncio.run(after())
+    migrate.downgrade(url, "0006")
+    assert migrate.current(url) == "0006"
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "sqlite"])
+def test_offline_sql_of_0009_adds_and_drops_the_columns(dialect: str) -> None:
+    url = "postgresql://u@h/db" if dialect == "postgresql" else "sqlite:///x.db"
+    up = migrate.upgrade(url, "0006:0009", sql=True) or ""
+    assert "slot_limit" in up and "holders" in up, up
+    assert ("JSONB" in up) == (dialect == "postgresql"), up
+    down = migrate.downgrade(url, "0009:0006", sql=True) or ""
+    assert "DROP COLUMN holders" in down and "DROP COLUMN slot_limit" in down, down
