@@ -11,6 +11,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 
+from ..errors import (
+    LeaseConnectionError,
+    LeaseDatabaseError,
+    LeaseSchemaError,
+    LeaseTimeoutError,
+)
+
 __all__ = ["Failure", "chain", "driver_message", "migrations_hint"]
 
 
@@ -77,4 +84,53 @@ def driver_message(exc: BaseException) -> str:
 def migrations_hint() -> str:
     return "apply the migrations to this database: `alembic upgrade head` or " + (
         "`sql_lease.migrate.upgrade(url)`"
+    )
+
+
+def server_error(
+    kind: Failure, *, operation: str, where: str, sent: bool, table: str, detail: str
+) -> LeaseDatabaseError:
+    """The typed error of a ``kind`` that every server backend words alike (schema, broken,
+    timeout, pool, unreachable, database, unknown); a backend's own kinds come first. ``sent``:
+    the statement may have reached the server, so a lost connection or a timeout leaves the
+    outcome unknown."""
+    if kind is Failure.SCHEMA:
+        return LeaseSchemaError(
+            f"{operation}: the leases table {table} or its fence sequence is missing or "
+            f"out of date in {where} ({detail}); {migrations_hint()}",
+            operation=operation,
+        )
+    if kind is Failure.BROKEN:
+        return LeaseConnectionError(
+            f"{operation}: lost or refused connection to {where} ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.TIMEOUT:
+        return LeaseTimeoutError(
+            f"{operation}: no answer from {where} within the timeout ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.POOL_TIMEOUT:
+        return LeaseTimeoutError(
+            f"{operation}: no free connection to {where} within the timeout ({detail})",
+            operation=operation,
+        )
+    if kind is Failure.POOL_CLOSED:
+        return LeaseConnectionError(f"{operation}: the pool is closed", operation=operation)
+    if kind in (Failure.REFUSED, Failure.UNREACHABLE):
+        return LeaseConnectionError(
+            f"{operation}: cannot reach {where} ({detail})",
+            operation=operation,
+            outcome_unknown=sent,
+        )
+    if kind is Failure.DATABASE:
+        return LeaseDatabaseError(
+            f"{operation}: database error in {where} ({detail})", operation=operation
+        )
+    return LeaseDatabaseError(
+        f"{operation}: database failure in {where} ({detail})",
+        operation=operation,
+        outcome_unknown=sent,
     )

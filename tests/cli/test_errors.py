@@ -88,7 +88,8 @@ def test_as_a_process_a_bad_duration_exits_2(cli: Cli) -> None:
         (("list", "--prefix", "a\\"), "lone backslash"),
         (("acquire", "k"), "Missing argument 'OWNER'"),
         (("nonsense",), "No such command"),
-        (("get", "k", "--url", f"mysql://u:{SECRET}@h/db"), "unsupported database URL scheme"),
+        (("get", "k", "--url", f"oracle://u:{SECRET}@h/db"), "unsupported database URL scheme"),
+        (("get", "k", "--url", f"mysql://u:{SECRET}@h/db"), "MySQL is not supported"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(

@@ -14,11 +14,10 @@ from typing import Final
 
 from sqlalchemy import exc as sa_exc
 
-from ..._core.failures import Failure, chain, driver_message, migrations_hint
+from ..._core.failures import Failure, chain, driver_message, server_error
 from ...errors import (
     LeaseConnectionError,
     LeaseDatabaseError,
-    LeaseSchemaError,
     LeaseTimeoutError,
 )
 
@@ -129,43 +128,10 @@ def translate(
             f"applied ({detail})",
             operation=operation,
         )
-    if kind is Failure.SCHEMA:
-        return LeaseSchemaError(
-            f"{operation}: the leases table {table} or its fence sequence is missing or "
-            f"out of date in {where} ({detail}); {migrations_hint()}",
-            operation=operation,
-        )
-    if kind is Failure.BROKEN:
+    if kind is Failure.UNAVAILABLE:
         return LeaseConnectionError(
-            f"{operation}: lost or refused connection to {where} ({detail})",
-            operation=operation,
-            outcome_unknown=sent,
+            f"{operation}: cannot use {where} ({detail})", operation=operation
         )
-    if kind is Failure.TIMEOUT:
-        return LeaseTimeoutError(
-            f"{operation}: no answer from {where} within the timeout ({detail})",
-            operation=operation,
-            outcome_unknown=sent,
-        )
-    if kind is Failure.POOL_TIMEOUT:
-        return LeaseTimeoutError(
-            f"{operation}: no free connection to {where} within the timeout ({detail})",
-            operation=operation,
-        )
-    if kind is Failure.POOL_CLOSED:
-        return LeaseConnectionError(f"{operation}: the pool is closed", operation=operation)
-    if kind in (Failure.REFUSED, Failure.UNREACHABLE, Failure.UNAVAILABLE):
-        return LeaseConnectionError(
-            f"{operation}: cannot use {where} ({detail})",
-            operation=operation,
-            outcome_unknown=sent and kind is not Failure.UNAVAILABLE,
-        )
-    if kind is Failure.DATABASE:
-        return LeaseDatabaseError(
-            f"{operation}: database error in {where} ({detail})", operation=operation
-        )
-    return LeaseDatabaseError(
-        f"{operation}: database failure in {where} ({detail})",
-        operation=operation,
-        outcome_unknown=sent,
+    return server_error(
+        kind, operation=operation, where=where, sent=sent, table=table, detail=detail
     )

@@ -13,11 +13,10 @@ import sys
 import asyncpg
 from sqlalchemy import exc as sa_exc
 
-from ..._core.failures import Failure, chain, driver_message, migrations_hint
+from ..._core.failures import Failure, chain, driver_message, server_error
 from ...errors import (
     LeaseConnectionError,
     LeaseDatabaseError,
-    LeaseSchemaError,
     LeaseTimeoutError,
 )
 
@@ -119,12 +118,6 @@ def translate(
         return LeaseTimeoutError(
             f"{operation}: the database cancelled the statement ({detail})", operation=operation
         )
-    if kind is Failure.SCHEMA:
-        return LeaseSchemaError(
-            f"{operation}: the leases table {table} or its fence sequence is missing or "
-            f"out of date in {where} ({detail}); {migrations_hint()}",
-            operation=operation,
-        )
     if kind is Failure.BROKEN and _sqlstate(exc) == _READ_ONLY_STATE:
         return LeaseConnectionError(
             f"{operation}: {where} is read-only (a standby or a demoted primary), nothing was "
@@ -133,37 +126,6 @@ def translate(
             operation=operation,
             outcome_unknown=False,
         )
-    if kind is Failure.BROKEN:
-        return LeaseConnectionError(
-            f"{operation}: lost or refused connection to {where} ({detail})",
-            operation=operation,
-            outcome_unknown=sent,
-        )
-    if kind is Failure.TIMEOUT:
-        return LeaseTimeoutError(
-            f"{operation}: no answer from {where} within the timeout ({detail})",
-            operation=operation,
-            outcome_unknown=sent,
-        )
-    if kind is Failure.POOL_TIMEOUT:
-        return LeaseTimeoutError(
-            f"{operation}: no free connection to {where} within the timeout ({detail})",
-            operation=operation,
-        )
-    if kind is Failure.POOL_CLOSED:
-        return LeaseConnectionError(f"{operation}: the pool is closed", operation=operation)
-    if kind in (Failure.REFUSED, Failure.UNREACHABLE):
-        return LeaseConnectionError(
-            f"{operation}: cannot reach {where} ({detail})",
-            operation=operation,
-            outcome_unknown=sent,
-        )
-    if kind is Failure.DATABASE:
-        return LeaseDatabaseError(
-            f"{operation}: database error in {where} ({detail})", operation=operation
-        )
-    return LeaseDatabaseError(
-        f"{operation}: database failure in {where} ({detail})",
-        operation=operation,
-        outcome_unknown=sent,
+    return server_error(
+        kind, operation=operation, where=where, sent=sent, table=table, detail=detail
     )
