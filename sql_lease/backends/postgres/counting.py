@@ -42,8 +42,9 @@ from .sqlnames import BYTEA, EQ, GT, LT, NOW, TEXT, nextval, notify
 
 __all__ = ["RESERVED", "build_counting"]
 
-#: The owner of a row that holds a counting lease (or a lease with metadata).
-RESERVED: Final = "'\\xff'::pg_catalog.bytea"
+#: The owner of a row that holds a counting lease (or a lease with metadata), spelled as an
+#: escape string so that ``standard_conforming_strings = off`` cannot change its bytes.
+RESERVED: Final = "E'\\\\xff'::pg_catalog.bytea"
 BIGINT: Final = "pg_catalog.int8"
 JSONB: Final = "pg_catalog.jsonb"
 ARROW: Final = "OPERATOR(pg_catalog.->>)"
