@@ -32,7 +32,7 @@ def test_plain_postgres_is_unaffected(make_database: Callable[[], str]) -> None:
     migrate.upgrade(url, "0006")
     functions, triggers, _ = _snapshot(url)
     assert "leases_fence_timeline_insert" in triggers
-    migrate.upgrade(url)
+    migrate.upgrade(url, "0008")
     assert _snapshot(url) == (functions, triggers, "0008")
     migrate.downgrade(url, "0006")
     assert _snapshot(url) == (functions, triggers, "0006")
