@@ -190,11 +190,13 @@ def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
 
 
 def wait_for_screen(tmux: Callable[..., str], predicate: Callable[[str], bool]) -> str:
+    """The pane once ``predicate`` holds for its text with runs of whitespace as one space: a
+    header longer than the pane (a long temporary path in the URL) wraps between words."""
     deadline = time.monotonic() + 30
     screen = ""
     while time.monotonic() < deadline:
         screen = tmux("capture-pane", "-p", "-t", "top")
-        if predicate(screen):
+        if predicate(" ".join(screen.split())):
             return screen
         time.sleep(0.1)
     raise AssertionError(f"the screen never matched; it shows:\n{screen}")
