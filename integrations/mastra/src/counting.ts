@@ -49,10 +49,11 @@ function leaseOf(key: string, k: Buffer, grant: Grant, operation: string): Lease
   return lease;
 }
 
-function grantOf(row: Row | undefined, o: Buffer): Tenure | undefined {
+/** `o`'s grant in a counting statement's `row` as `[fence, expiry]` (a plain renewal's row), or undefined. */
+function grantOf(row: Row | undefined, o: Buffer): Row | undefined {
   if (row === undefined) return undefined;
   const grant = grantsOf(row[2]).find((g) => g.owner.equals(o));
-  return grant === undefined ? undefined : { fence: grant.fence, expiresAt: grant.expiresAt };
+  return grant === undefined ? undefined : [grant.fence, grant.expiresAt];
 }
 
 export class CountingCalls {
@@ -105,22 +106,23 @@ export class CountingCalls {
     return row === undefined ? undefined : [row[1], row[0]];
   }
 
-  /** The fall-through of a plain renewal that missed: the renewed grant's tenure, or undefined. */
-  async renew(operation: string, k: Buffer, o: Buffer, ttl: number): Promise<Tenure | undefined> {
+  /** The fall-through of a plain renewal that missed: `[fence, expiry]` of the renewed grant, or undefined. */
+  async renew(operation: string, k: Buffer, o: Buffer, ttl: number): Promise<Row | undefined> {
     const sql = (await this.#statements()).count_renew;
     return grantOf(await this.#missed(this.#run.run(operation, true, sql, [k, o, ttl])), o);
   }
 
   /**
    * `from`'s live grant (or live plain lease) of `k` handed to `to`, its metadata replaced when
-   * given; the new tenure, or undefined. `fallThrough`: after a plain transfer that missed.
+   * given; `[fence, expiry]` of the new grant, or undefined. `fallThrough`: after a plain
+   * transfer that missed.
    */
   async transfer(
     operation: string,
     args: [Buffer, Buffer, Buffer, number],
     meta: StoredMetadata,
     fallThrough: boolean,
-  ): Promise<Tenure | undefined> {
+  ): Promise<Row | undefined> {
     const sql = (await this.#statements()).count_transfer;
     const sent = this.#run.run(operation, true, sql, [...args, meta.data, meta.isStr]);
     return grantOf(fallThrough ? await this.#missed(sent) : (await sent)[0], args[2]);

@@ -30,8 +30,8 @@ import { checkIdentifier, checkKey, checkName, checkTimeout, checkTtl } from './
 export type { AcquireAllResult, AcquireOptions, AcquireResult, FencedAcquireResult, Lease, Tenure, TransferOptions } from './lease-types.js';
 export { DEFAULT_TIMEOUT_MS, showKey, type ConnectionOptions, type LeaseLogger, type ProviderOptions } from './provider-options.js';
 
-function tenure(row: Row, operation: string): Tenure {
-  return { fence: BigInt(row[0] as string), expiresAt: toDate(row[1], operation, true) };
+function tenure(row: Row | undefined, operation: string): Tenure | undefined {
+  return row === undefined ? undefined : { fence: BigInt(row[0] as string), expiresAt: toDate(row[1], operation, true) };
 }
 
 const NO_METADATA: StoredMetadata = { data: null, isStr: null };
@@ -348,16 +348,17 @@ export class PostgresLeaseProvider {
 
   /** Like `renewLease`; the renewed tenure, or undefined when the lease was lost. */
   async renew(key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
-    return this.#renew('renew', key, owner, ttlMs);
+    return tenure(await this.#renew('renew', key, owner, ttlMs), 'renew');
   }
 
   /** Like `transferLease`; the new owner's tenure, or undefined when it was not held. */
   async transfer(key: string, fromOwner: string, toOwner: string, ttlMs: number, options?: TransferOptions): Promise<Tenure | undefined> {
-    return this.#transfer('transfer', key, fromOwner, toOwner, ttlMs, options);
+    return tenure(await this.#transfer('transfer', key, fromOwner, toOwner, ttlMs, options), 'transfer');
   }
 
   // Each runs its statement, then on a miss the counting one (the owner may hold a grant of a
-  // counting row), and returns what it reported (dates converted where the caller asks).
+  // counting row), and returns its row as read: `[fence, time]` (dates converted by the
+  // reporting forms only: the contract's methods never read a time, see result-types.ts).
 
   async #release(operation: string, key: string, owner: string): Promise<Row | undefined> {
     const [k, o] = [checkKey(key), checkName('owner', owner)];
@@ -366,11 +367,11 @@ export class PostgresLeaseProvider {
     return row ?? this.#counting.release(operation, k, o);
   }
 
-  async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Tenure | undefined> {
+  async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Row | undefined> {
     const [k, o, ttl] = [checkKey(key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
     this.#open();
     const row = (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).renew, [k, o, ttl]))[0];
-    return row === undefined ? this.#counting.renew(operation, k, o, ttl) : tenure(row, operation);
+    return row ?? this.#counting.renew(operation, k, o, ttl);
   }
 
   async #transfer(
@@ -380,7 +381,7 @@ export class PostgresLeaseProvider {
     toOwner: string,
     ttlMs: number,
     options: TransferOptions | undefined,
-  ): Promise<Tenure | undefined> {
+  ): Promise<Row | undefined> {
     const args: [Buffer, Buffer, Buffer, number] = [
       checkKey(key),
       checkName('fromOwner', fromOwner),
@@ -394,7 +395,7 @@ export class PostgresLeaseProvider {
     this.#open();
     if (meta.data !== null) return this.#counting.transfer(operation, args, meta, false);
     const row = (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).transfer, args))[0];
-    return row === undefined ? this.#counting.transfer(operation, args, meta, true) : tenure(row, operation);
+    return row ?? this.#counting.transfer(operation, args, meta, true);
   }
 
   /** The database server's clock (the clock that judges expiry). */

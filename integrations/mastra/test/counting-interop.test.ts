@@ -11,6 +11,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
+import pg from 'pg';
+
 import { LeaseLimitMismatchError, LeaseSchemaError, PostgresLeaseProvider } from '../src/index.js';
 import { alembic, createDatabase, PACKAGE_DIR, python, type TestDatabase } from './helpers.js';
 
@@ -152,6 +154,31 @@ describe('plain calls of this package on rows the Python library wrote', () => {
     ]);
     await assert.rejects(p.acquireLease(key, 'ts', LONG), LeaseLimitMismatchError);
     assert.equal((await p.acquireLease(key, 'ts', LONG, { limit: 2 })).acquired, true);
+  });
+
+  test("on a caller's pool with another DateStyle the contract methods answer on a counting row (no time read)", async () => {
+    const key = 'datestyle';
+    await py([
+      { m: 'acquire_lease', a: [key, 'py-a', LONG], kw: { limit: 2, metadata: 'm' } },
+      { m: 'acquire_lease', a: [key, 'py-b', LONG], kw: { limit: 2 } },
+    ]);
+    const pool = new pg.Pool({ connectionString: db.url, options: '-c DateStyle=SQL,DMY' });
+    const q = new PostgresLeaseProvider({ pool }, { logger: { error: () => undefined } });
+    try {
+      assert.equal(await q.getLeaseOwner(key), 'py-a');
+      assert.equal(await q.renewLease(key, 'py-b', LONG), true);
+      assert.equal(await q.transferLease(key, 'py-b', 'ts', LONG), true);
+      assert.deepEqual(await q.acquireLease(key, 'ts', LONG, { limit: 2 }), { acquired: true, owner: 'ts' });
+      assert.deepEqual(await q.acquireLease(key, 'other', LONG, { limit: 2 }), { acquired: false, owner: 'py-a' });
+      await q.releaseLease(key, 'py-a');
+      assert.deepEqual(
+        (await q.getLeaseHolders(key)).map((h) => h.owner),
+        ['ts'],
+      );
+    } finally {
+      await q.close();
+      await pool.end();
+    }
   });
 });
 
