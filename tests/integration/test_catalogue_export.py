@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import event
 
 from sql_lease import SqlLeaseProvider, migrate
-from sql_lease._export import export_catalogue
+from sql_lease._core.counting import MAX_KEYS, MAX_LIMIT, MAX_METADATA_BYTES, RESERVED_OWNER
+from sql_lease._export import export_catalogue, exported_statements
 from sql_lease.backends.postgres import functions
 from sql_lease.backends.postgres.catalogue import build_catalogue, quote_ident
 from sql_lease.schema import fence_sequence_name, notify_channel
@@ -65,8 +66,11 @@ def test_rendered_statements_are_the_catalogue_of_that_table(
     built = build_catalogue(table, schema)
     exported = statements()
     assert set(exported) >= {"acquire", "get_owner", "get_lease", "release", "renew", "transfer"}
+    assert set(exported) >= {"count_acquire", "count_holders", "acquire_all", "release_all"}
+    ours = exported_statements(built)
+    assert set(ours) == set(exported)
     for name, statement in exported.items():
-        expected = built.renew_many(1) if name == "renew_many" else getattr(built, name)
+        expected = ours[name]
         assert render(statement["sql"], table, schema) == expected.sql, name
         assert tuple(p["name"] for p in statement["params"]) == expected.params, name
         assert tuple(c["name"] for c in statement["columns"]) == expected.columns, name
@@ -121,6 +125,15 @@ async def test_the_provider_sends_exactly_the_exported_statements(schema_url: st
         assert await provider.list_leases() == []
         await provider.purge_expired(min_age_ms=0)
         await provider.now()
+        # Counting leases, metadata, all-or-none: each counting statement once at least.
+        assert (await provider.acquire_lease("s", "a", 30_000, limit=2, metadata="m")).acquired
+        assert [h.owner for h in await provider.get_lease_holders("s")] == ["a"]
+        assert await provider.renew_lease("s", "a", 30_000)  # a plain miss, then count_renew
+        assert await provider.transfer_lease("s", "a", "b", 30_000)  # then count_transfer
+        await provider.release_lease("s", "b")  # a plain miss, then count_release
+        taken = await provider.acquire_leases(["x", "y"], "a", 30_000)  # ensure_rows first
+        assert taken.acquired
+        assert await provider.release_leases(["x", "y"], "a") == 2
     finally:
         await provider.aclose()
     assert sent, "the query logger saw nothing"
@@ -129,6 +142,17 @@ async def test_the_provider_sends_exactly_the_exported_statements(schema_url: st
     ours = [q for q in sent if '"tenant_a"."jobs"' in q or "clock_timestamp" in q]
     assert [q for q in ours if q not in exported] == []
     assert {exported[q] for q in ours} == set(exported.values())
+
+
+def test_the_counting_bounds_and_reserved_owner_are_exported() -> None:
+    exported: dict[str, Any] = export_catalogue()
+    limits = exported["limits"]
+    assert (limits["max_limit"], limits["max_metadata_bytes"], limits["max_keys"]) == (
+        MAX_LIMIT,
+        MAX_METADATA_BYTES,
+        MAX_KEYS,
+    )
+    assert bytes.fromhex(exported["counting"]["reserved_owner"]) == RESERVED_OWNER
 
 
 @pytest.mark.parametrize(("table", "schema"), [n for n in NAMES if n[1] is not None])

@@ -36,7 +36,15 @@ export type StatementName =
   | 'list_live'
   | 'purge_batch'
   | 'want'
-  | 'now';
+  | 'now'
+  | 'count_acquire'
+  | 'count_holders'
+  | 'count_release'
+  | 'count_renew'
+  | 'count_transfer'
+  | 'acquire_all'
+  | 'ensure_rows'
+  | 'release_all';
 
 /** A statement pooler mode sends as a call of the table's plpgsql function (migration 0005). */
 export interface CatalogueFunction {
@@ -57,7 +65,24 @@ export interface Catalogue {
     identifier_max_length: number;
     channel_max_bytes: number;
   };
-  limits: { max_name_bytes: number; max_ttl_ms: number; min_ttl_ms: number };
+  limits: {
+    max_name_bytes: number;
+    max_ttl_ms: number;
+    min_ttl_ms: number;
+    /** The largest `limit` of a counting lease. */
+    max_limit: number;
+    /** The largest metadata, in bytes (a string counts as its UTF-8). */
+    max_metadata_bytes: number;
+    /** The most keys one all-or-none call takes. */
+    max_keys: number;
+  };
+  /** Counting leases and metadata: how their rows look (see counting.ts). */
+  counting: {
+    /** The owner (hex) of a row holding a counting lease or a lease with metadata. */
+    reserved_owner: string;
+    holders: string;
+    rows: string;
+  };
   statements: Record<StatementName, CatalogueStatement>;
   functions: Partial<Record<StatementName, CatalogueFunction>>;
 }

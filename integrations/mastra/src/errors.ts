@@ -42,7 +42,10 @@ export class LeaseTypeError extends TypeError {
   }
 }
 
-/** An argument has the right type but an invalid value (thrown before any I/O). */
+/**
+ * An argument has the right type but an invalid value (thrown before any I/O; nothing
+ * changed), or a counting call's limit differs from the key's (`LeaseLimitMismatchError`).
+ */
 export class LeaseRangeError extends RangeError {
   readonly [BRAND] = true as const;
   readonly code = 'ERR_OUT_OF_RANGE';
@@ -51,6 +54,65 @@ export class LeaseRangeError extends RangeError {
     super(message);
     this.name = 'LeaseRangeError';
   }
+}
+
+/**
+ * A counting call (`limit`) on a key whose live holders agreed on another limit (a plain lease
+ * counts as `limit: 1`, so a plain `acquireLease` of a key held with `limit: 3` throws it too).
+ * Nothing changed. The Python library's `LeaseLimitMismatchError` (a `ValueError`), same words;
+ * a `LeaseRangeError` here, thrown once the database said what the holders' limit is.
+ */
+export class LeaseLimitMismatchError extends LeaseRangeError {
+  readonly key: string;
+  /** The call's limit. */
+  readonly limit: number;
+  /** The live holders' limit. */
+  readonly heldLimit: number;
+
+  constructor(key: string, limit: number, heldLimit: number) {
+    super(
+      `key ${pyRepr(key)} is held with limit=${heldLimit}; this call asked for limit=${limit}:` +
+        ' every holder of a key must use the same limit',
+    );
+    this.name = 'LeaseLimitMismatchError';
+    this.key = key;
+    this.limit = limit;
+    this.heldLimit = heldLimit;
+  }
+}
+
+/**
+ * `text` as Python's `repr` shows a str (so messages read as the Python library's): single
+ * quotes unless the text has one and no double quote; backslash, the quote, control
+ * characters and lone surrogates escaped. (Python also escapes a few other unprintable
+ * characters, such as U+00A0; those are shown as they are here.)
+ */
+export function pyRepr(text: string): string {
+  const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
+  let out = quote;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i] as string;
+    const unit = text.charCodeAt(i);
+    const pair = unit >= 0xd800 && unit <= 0xdbff && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00;
+    if (pair) {
+      out += c + (text[++i] as string);
+    } else if (c === '\\' || c === quote) {
+      out += '\\' + c;
+    } else if (c === '\n') {
+      out += '\\n';
+    } else if (c === '\r') {
+      out += '\\r';
+    } else if (c === '\t') {
+      out += '\\t';
+    } else if (unit < 0x20 || (unit >= 0x7f && unit <= 0xa0)) {
+      out += '\\x' + unit.toString(16).padStart(2, '0');
+    } else if (unit >= 0xd800 && unit <= 0xdfff) {
+      out += '\\u' + unit.toString(16);
+    } else {
+      out += c;
+    }
+  }
+  return out + quote;
 }
 
 /**

@@ -13,6 +13,7 @@ export {
   LeaseConnectionError,
   LeaseDatabaseError,
   LeaseError,
+  LeaseLimitMismatchError,
   LeaseRangeError,
   LeaseSchemaError,
   LeaseTimeoutError,
@@ -21,14 +22,18 @@ export {
 export {
   DEFAULT_TIMEOUT_MS,
   PostgresLeaseProvider,
+  type AcquireAllResult,
+  type AcquireOptions,
   type AcquireResult,
   type ConnectionOptions,
   type FencedAcquireResult,
   type LeaseLogger,
   type Lease,
   type Tenure,
+  type TransferOptions,
   type ProviderOptions,
 } from './provider.js';
+export { MAX_KEYS, MAX_LIMIT, MAX_METADATA_BYTES, type Metadata } from './counting-values.js';
 export { type Pooler } from './pooler.js';
 export { EVENTS_REVISION, EXPECTED_COLUMNS, eventNames, type EventNames } from './events-sql.js';
 export { DEFAULT_RETENTION_MS, PostgresPubSub, type PubSubLogger, type PubSubLoggerOption, type PubSubOptions } from './pubsub.js';

@@ -57,7 +57,21 @@ export function literal(value: unknown): string {
   }
   if (typeof value === 'bigint') return `'${value.toString()}'`;
   if (typeof value === 'boolean') return value ? "'true'" : "'false'";
+  if (Array.isArray(value)) return byteArray(value);
   throw new LeaseTypeError(`cannot send a ${typeof value} to the database behind a pooler`);
+}
+
+/**
+ * An array of Buffers (the keys of an all-or-none call, `bytea[]`) as an untyped literal: the
+ * array's text, each element `"\\x<hex>"`, in an `E''` string (its backslashes doubled), so
+ * `standard_conforming_strings` cannot change it.
+ */
+function byteArray(values: unknown[]): string {
+  const elements = values.map((value) => {
+    if (!Buffer.isBuffer(value)) throw new LeaseTypeError('only arrays of Buffers can be sent behind a pooler');
+    return `"\\\\x${value.toString('hex')}"`;
+  });
+  return `E'{${elements.join(',').replaceAll('\\', '\\\\')}}'`;
 }
 
 function quote(text: string): string {

@@ -5,99 +5,36 @@
  * Python `sql_lease.SqlLeaseProvider`: one conditional statement per operation in autocommit,
  * judged by the database clock (`clock_timestamp()`); keys and owners stored as their UTF-8
  * bytes (`bytea`, so NUL is an ordinary character); a fence from one sequence per table that
- * grows with every new tenure; a failed acquire always names the holder.
+ * grows with every new tenure; a failed acquire always names the holder. Counting leases,
+ * metadata and all-or-none acquires are extensions (counting.ts), on the same rows as Python's.
  */
 
 import type { Pool } from 'pg';
 
 import { buildStatements, catalogue, quoteIdent, type Statements } from './catalogue.js';
 import { ContentionHints } from './contention.js';
+import { CountingCalls } from './counting.js';
+import { checkKeys, checkLimit, checkMetadata, isReserved, type StoredMetadata } from './counting-values.js';
 import { LeaseError, LeaseTypeError } from './errors.js';
 import { Executor, type Row } from './execute.js';
 import { createPool, describeWhere, poolWhere } from './pool.js';
-import { checkPooler, type Pooler } from './pooler.js';
+import { DEFAULT_TIMEOUT_MS, showKey, type ConnectionOptions, type LeaseLogger, type ProviderOptions } from './provider-options.js';
+import { checkPooler } from './pooler.js';
 import { resolveHome } from './schema-resolve.js';
 import { ServerFunctions } from './server-functions.js';
 import { decodeName } from './keys.js';
+import type { AcquireAllResult, AcquireOptions, AcquireResult, FencedAcquireResult, Lease, RawAcquire, Tenure, TransferOptions } from './lease-types.js';
 import { toDate } from './result-types.js';
 import { checkIdentifier, checkKey, checkName, checkTimeout, checkTtl } from './validate.js';
 
-/** Bounds each call end to end (checkout, connect, statement) unless `timeoutMs` says otherwise. */
-export const DEFAULT_TIMEOUT_MS = 5_000;
-
-/** What `acquireLease` returns: exactly Mastra's `{ acquired, owner }`. */
-export interface AcquireResult {
-  acquired: boolean;
-  /** The caller when acquired, else the live holder. */
-  owner: string;
-}
-
-/** What `acquireFencedLease` returns: `acquireLease`'s answer plus the tenure's fence and expiry. */
-export interface FencedAcquireResult extends AcquireResult {
-  /** The fencing token of the tenure (the caller's, or the holder's). */
-  fence: bigint;
-  /** When that tenure expires, by the database clock (millisecond precision). */
-  expiresAt: Date;
-}
-
-/** An acquire's answer with its expiry as read (a Date, or a `ForeignTime`: result-types.ts). */
-type RawAcquire = Omit<FencedAcquireResult, 'expiresAt'> & { expiresAt: unknown };
-
-/** Where the provider reports a failed acquire (default `console`). */
-export interface LeaseLogger {
-  error(message: string, ...args: unknown[]): void;
-}
-
-/** A tenure as a renew or transfer reports it: its fence and its new expiry. */
-export interface Tenure {
-  fence: bigint;
-  expiresAt: Date;
-}
+export type { AcquireAllResult, AcquireOptions, AcquireResult, FencedAcquireResult, Lease, Tenure, TransferOptions } from './lease-types.js';
+export { DEFAULT_TIMEOUT_MS, showKey, type ConnectionOptions, type LeaseLogger, type ProviderOptions } from './provider-options.js';
 
 function tenure(row: Row | undefined, operation: string): Tenure | undefined {
   return row === undefined ? undefined : { fence: BigInt(row[0] as string), expiresAt: toDate(row[1], operation, true) };
 }
 
-/** A live lease as `getLease` reads it. */
-export interface Lease {
-  key: string;
-  owner: string;
-  fence: bigint;
-  expiresAt: Date;
-  acquiredAt: Date;
-}
-
-export type ConnectionOptions = { connectionString: string } | { pool: Pool };
-
-export interface ProviderOptions {
-  /** The leases table (default `leases`). */
-  table?: string | undefined;
-  /** Its schema (default: the connection's search path, as in Python). */
-  schema?: string | undefined;
-  /** Bound on each call in milliseconds (default 5000). */
-  timeoutMs?: number | undefined;
-  /** Connections of the provider's own pool (default 10; ignored with `{ pool }`). */
-  maxConnections?: number | undefined;
-  /**
-   * Where a failed `acquireLease` is reported, at error level with its key (default
-   * `console`): Mastra 1.71's runtime treats a rejected acquire as won (see the README).
-   */
-  logger?: LeaseLogger | undefined;
-  /**
-   * The connection reaches PostgreSQL through a pooler such as PgBouncer, in `'transaction'`
-   * or `'session'` pooling: no startup parameter but `application_name`, and each call one
-   * simple query with its values bound on the client and the server-side timeouts set inside
-   * it (see pooler.ts). Default: straight to the server.
-   */
-  pooler?: Pooler | undefined;
-}
-
-/** A key or owner for a log line: quoted with escapes, its head only when long. */
-export function showKey(text: unknown): string {
-  if (typeof text !== 'string') return `(not a string: ${typeof text})`;
-  const shown = JSON.stringify(text.length > 200 ? text.slice(0, 200) : text);
-  return text.length > 200 ? `${shown}... (${text.length} UTF-16 units)` : shown;
-}
+const NO_METADATA: StoredMetadata = { data: null, isStr: null };
 
 export class PostgresLeaseProvider {
   /** The statements, once the schema is known (at construction when configured). */
@@ -125,6 +62,8 @@ export class PostgresLeaseProvider {
    */
   acquireReads = 0;
   readonly #hints = new ContentionHints();
+  /** Counting leases, metadata, all-or-none; the fall-through of plain calls (counting.ts). */
+  readonly #counting: CountingCalls;
 
   /**
    * Leases in `schema.table` of the database of `connectionString` (the provider creates and
@@ -172,6 +111,7 @@ export class PostgresLeaseProvider {
     // Behind a pooler the hot statements go as calls of the table's server functions.
     this.#functions = pooler === undefined ? undefined : new ServerFunctions(table);
     this.#run = new Executor({ pool: this.#pool, timeoutMs, where, table: quoteIdent(table), pooler, functions: this.#functions });
+    this.#counting = new CountingCalls(this.#run, () => this.#sql ?? this.#statements());
   }
 
   /** The leases table's name. */
@@ -227,21 +167,25 @@ export class PostgresLeaseProvider {
    * `{ acquired, owner }`. The holder re-acquiring keeps its fence and extends its expiry; an
    * expired or released key is won with a new fence. A failure is logged at error level with
    * the key before it is thrown (Mastra 1.71 treats a rejected acquire as won).
+   *
+   * `options` (an extension; Mastra passes three arguments): `limit` makes a counting lease
+   * (at most `limit` live owners; a refused caller learns the holder whose grant ends first),
+   * `metadata` stores a value with the caller's grant (see `AcquireOptions`, counting.ts).
    */
-  async acquireLease(key: string, owner: string, ttlMs: number): Promise<AcquireResult> {
-    const { acquired, owner: holder } = await this.#logged(key, owner, ttlMs);
+  async acquireLease(key: string, owner: string, ttlMs: number, options?: AcquireOptions): Promise<AcquireResult> {
+    const { acquired, owner: holder } = await this.#logged(key, owner, ttlMs, options);
     return { acquired, owner: holder };
   }
 
   /** Like `acquireLease`, with the tenure's fence and expiry (the caller's, or the holder's). */
-  async acquireFencedLease(key: string, owner: string, ttlMs: number): Promise<FencedAcquireResult> {
-    const result = await this.#logged(key, owner, ttlMs);
+  async acquireFencedLease(key: string, owner: string, ttlMs: number, options?: AcquireOptions): Promise<FencedAcquireResult> {
+    const result = await this.#logged(key, owner, ttlMs, options);
     return { ...result, expiresAt: toDate(result.expiresAt, 'acquireLease', result.acquired) };
   }
 
-  async #logged(key: string, owner: string, ttlMs: number): Promise<RawAcquire> {
+  async #logged(key: string, owner: string, ttlMs: number, options: AcquireOptions | undefined): Promise<RawAcquire> {
     try {
-      return await this.#acquire(key, owner, ttlMs);
+      return await this.#acquire(key, owner, ttlMs, options);
     } catch (error) {
       this.#logger.error(`[sql_lease] acquireLease failed for key ${showKey(key)} (owner ${showKey(owner)}): ${String(error)}`);
       throw error;
@@ -249,10 +193,19 @@ export class PostgresLeaseProvider {
   }
 
   /** The acquire; its expiry as read (`toDate` turns it into a Date where one is asked for). */
-  async #acquire(key: string, owner: string, ttlMs: number): Promise<RawAcquire> {
+  async #acquire(key: string, owner: string, ttlMs: number, options: AcquireOptions | undefined): Promise<RawAcquire> {
     const k = checkKey(key);
     const o = checkName('owner', owner);
     const ttl = checkTtl('ttlMs', ttlMs);
+    if (options !== undefined) {
+      if (typeof options !== 'object' || options === null) throw new LeaseTypeError('options must be an object');
+      const { limit = 1, metadata } = options;
+      if (limit !== 1 || (metadata !== undefined && metadata !== null)) {
+        const [n, meta] = [checkLimit(limit), checkMetadata(metadata)];
+        this.#open();
+        return this.#counting.acquire(key, k, o, owner, ttl, n, meta);
+      }
+    }
     this.#open();
     const hints = this.#hints;
     const started = performance.now();
@@ -260,6 +213,7 @@ export class PostgresLeaseProvider {
     if (hints.contended(key)) {
       // Look before writing (see contention.ts): a live other holder is the answer.
       const row = (await this.#run.run('acquireLease', false, (this.#sql ?? (await this.#statements())).holder, [k]))[0];
+      if (row !== undefined && isReserved(row[0])) return this.#counting.acquire(key, k, o, owner, ttl, 1, NO_METADATA);
       if (row !== undefined && !o.equals(row[0] as Buffer)) {
         hints.held(key);
         this.acquireReads++;
@@ -281,6 +235,8 @@ export class PostgresLeaseProvider {
         }
       }
       const first = rows[0];
+      // A counting row (or a lease with metadata): judged as a counting acquire with limit 1.
+      if (first !== undefined && isReserved(first[3])) return this.#counting.acquire(key, k, o, owner, ttl, 1, NO_METADATA);
       if (first !== undefined && !o.equals(first[3] as Buffer)) {
         hints.held(key);
         return {
@@ -297,22 +253,28 @@ export class PostgresLeaseProvider {
     }
   }
 
-  /** The live owner of `key`, or undefined. */
+  /** The live owner of `key` (of a counting lease: the oldest holder), or undefined. */
   async getLeaseOwner(key: string): Promise<string | undefined> {
     const k = checkKey(key);
     this.#open();
     const rows = await this.#run.run('getLeaseOwner', false, (this.#sql ?? (await this.#statements())).get_owner, [k]);
     const row = rows[0];
-    return row === undefined ? undefined : decodeName(row[0] as Buffer, 'owner', k, 'getLeaseOwner');
+    if (row === undefined) return undefined;
+    if (isReserved(row[0])) return (await this.#counting.holders('getLeaseOwner', key, k))[0]?.owner;
+    return decodeName(row[0] as Buffer, 'owner', k, 'getLeaseOwner');
   }
 
-  /** The live lease of `key` (owner, fence, times), or undefined. An extension to Mastra's API. */
+  /**
+   * The live lease of `key` (owner, fence, times, metadata), or undefined; of a counting lease,
+   * its oldest holder. An extension to Mastra's API.
+   */
   async getLease(key: string): Promise<Lease | undefined> {
     const k = checkKey(key);
     this.#open();
     const rows = await this.#run.run('getLease', false, (this.#sql ?? (await this.#statements())).get_lease, [k]);
     const row = rows[0];
     if (row === undefined) return undefined;
+    if (isReserved(row[0])) return (await this.#counting.holders('getLease', key, k))[0];
     return {
       key,
       owner: decodeName(row[0] as Buffer, 'owner', k, 'getLease'),
@@ -322,22 +284,56 @@ export class PostgresLeaseProvider {
     };
   }
 
-  /** End `owner`'s live lease on `key`; a no-op when `owner` does not hold it. */
+  /**
+   * The live holders of `key`, oldest grant first, each with its fence, times and metadata (a
+   * plain lease: its one holder; a free key: none). An extension to Mastra's API.
+   */
+  async getLeaseHolders(key: string): Promise<Lease[]> {
+    const k = checkKey(key);
+    this.#open();
+    return this.#counting.holders('getLeaseHolders', key, k);
+  }
+
+  /** End `owner`'s live lease on `key` (or its grant of a counting lease); a no-op when `owner` does not hold it. */
   async releaseLease(key: string, owner: string): Promise<void> {
     await this.#release('releaseLease', key, owner);
   }
 
-  /** Extend `owner`'s live lease to now + `ttlMs`; false when the lease was lost. */
+  /** Extend `owner`'s live lease (or grant) to now + `ttlMs`; false when the lease was lost. */
   async renewLease(key: string, owner: string, ttlMs: number): Promise<boolean> {
     return (await this.#renew('renewLease', key, owner, ttlMs)) !== undefined;
   }
 
   /**
-   * Hand `fromOwner`'s live lease to `toOwner` (new fence, expiry now + `ttlMs`) in one
-   * statement, so the key is never free in between; false when `fromOwner` did not hold it.
+   * Hand `fromOwner`'s live lease (or grant) to `toOwner` (new fence, expiry now + `ttlMs`) in
+   * one statement, so the key is never free in between; false when `fromOwner` did not hold
+   * it (or `toOwner` already holds a grant of the key). `options.metadata` (an extension):
+   * the new owner's metadata, else the lease's is kept.
    */
-  async transferLease(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<boolean> {
-    return (await this.#transfer('transferLease', key, fromOwner, toOwner, ttlMs)) !== undefined;
+  async transferLease(key: string, fromOwner: string, toOwner: string, ttlMs: number, options?: TransferOptions): Promise<boolean> {
+    return (await this.#transfer('transferLease', key, fromOwner, toOwner, ttlMs, options)) !== undefined;
+  }
+
+  /**
+   * Take every key of `keys` for `owner` as plain leases, or none, in one statement (rows
+   * locked in sorted order of the stored keys, so two such calls never deadlock). Keys the
+   * owner already holds are renewed (fences kept). Refused: nothing changed, and the result
+   * names the first blocking key and its holder. An extension to Mastra's API.
+   */
+  async acquireLeases(keys: Iterable<string>, owner: string, ttlMs: number): Promise<AcquireAllResult> {
+    const checked = checkKeys(keys);
+    const o = checkName('owner', owner);
+    const ttl = checkTtl('ttlMs', ttlMs);
+    this.#open();
+    return this.#counting.acquireAll(checked, o, ttl, (key) => this.getLeaseOwner(key));
+  }
+
+  /** Release `owner`'s live plain leases among `keys` in one statement; how many were released. */
+  async releaseLeases(keys: Iterable<string>, owner: string): Promise<number> {
+    const checked = checkKeys(keys);
+    const o = checkName('owner', owner);
+    this.#open();
+    return this.#counting.releaseAll(checked, o);
   }
 
   // The forms below are the same operations, reporting what the statement reported: the fence
@@ -356,23 +352,26 @@ export class PostgresLeaseProvider {
   }
 
   /** Like `transferLease`; the new owner's tenure, or undefined when it was not held. */
-  async transfer(key: string, fromOwner: string, toOwner: string, ttlMs: number): Promise<Tenure | undefined> {
-    return tenure(await this.#transfer('transfer', key, fromOwner, toOwner, ttlMs), 'transfer');
+  async transfer(key: string, fromOwner: string, toOwner: string, ttlMs: number, options?: TransferOptions): Promise<Tenure | undefined> {
+    return tenure(await this.#transfer('transfer', key, fromOwner, toOwner, ttlMs, options), 'transfer');
   }
 
-  // Each runs its statement and returns its row as read (dates converted by the caller only).
-
+  // Each runs its statement, then on a miss the counting one (the owner may hold a grant of a
+  // counting row), and returns its row as read: `[fence, time]` (dates converted by the
+  // reporting forms only: the contract's methods never read a time, see result-types.ts).
 
   async #release(operation: string, key: string, owner: string): Promise<Row | undefined> {
-    const args = [checkKey(key), checkName('owner', owner)];
+    const [k, o] = [checkKey(key), checkName('owner', owner)];
     this.#open();
-    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).release, args))[0];
+    const row = (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).release, [k, o]))[0];
+    return row ?? this.#counting.release(operation, k, o);
   }
 
   async #renew(operation: string, key: string, owner: string, ttlMs: number): Promise<Row | undefined> {
-    const args = [checkKey(key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
+    const [k, o, ttl] = [checkKey(key), checkName('owner', owner), checkTtl('ttlMs', ttlMs)];
     this.#open();
-    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).renew, args))[0];
+    const row = (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).renew, [k, o, ttl]))[0];
+    return row ?? this.#counting.renew(operation, k, o, ttl);
   }
 
   async #transfer(
@@ -381,15 +380,22 @@ export class PostgresLeaseProvider {
     fromOwner: string,
     toOwner: string,
     ttlMs: number,
+    options: TransferOptions | undefined,
   ): Promise<Row | undefined> {
-    const args = [
+    const args: [Buffer, Buffer, Buffer, number] = [
       checkKey(key),
       checkName('fromOwner', fromOwner),
       checkName('toOwner', toOwner),
       checkTtl('ttlMs', ttlMs),
     ];
+    if (options !== undefined && (typeof options !== 'object' || options === null)) {
+      throw new LeaseTypeError('options must be an object');
+    }
+    const meta = checkMetadata(options?.metadata);
     this.#open();
-    return (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).transfer, args))[0];
+    if (meta.data !== null) return this.#counting.transfer(operation, args, meta, false);
+    const row = (await this.#run.run(operation, true, (this.#sql ?? (await this.#statements())).transfer, args))[0];
+    return row ?? this.#counting.transfer(operation, args, meta, true);
   }
 
   /** The database server's clock (the clock that judges expiry). */

@@ -25,13 +25,14 @@ test('the committed catalogue is what `python -m sql_lease sql --json` prints no
 
 const RENDER = `
 import json, sys
+from sql_lease._export import exported_statements
 from sql_lease.backends.postgres.catalogue import build_catalogue
 out = []
 for table, schema in json.loads(sys.argv[1]):
     s = build_catalogue(table, schema)
     names = json.loads(sys.argv[2])
-    out.append({n: (s.renew_many(1) if n == "renew_many" else getattr(s, n)).sql for n in names}
-               | {"table": s.table, "channel": s.channel})
+    built = exported_statements(s)
+    out.append({n: built[n].sql for n in names} | {"table": s.table, "channel": s.channel})
 print(json.dumps(out))
 `;
 

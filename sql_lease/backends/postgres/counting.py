@@ -171,7 +171,7 @@ def _grant_of(arr: str, owner: str, name: str) -> str:
 def _returning(t: str) -> str:
     return (
         f"RETURNING {t}.owner, {t}.slot_limit, CASE WHEN {t}.owner {EQ} {RESERVED}"
-        f" THEN {t}.holders::{TEXT} END, {t}.fence, {t}.expires_at"
+        f" THEN {t}.holders::{TEXT} END AS holders, {t}.fence, {t}.expires_at"
     )
 
 
@@ -292,14 +292,15 @@ UPDATE {t} AS l SET (holders, expires_at) = (
 WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED}
   AND EXISTS (SELECT FROM pg_catalog.jsonb_array_elements(l.holders) AS v
               WHERE {_field("v.value", "o")} {EQ} {_hex("$2")})
-RETURNING {NOW}, (SELECT old.fence FROM old), {notified} IS NOT NULL AS notified
+RETURNING {NOW} AS released_at, (SELECT old.fence FROM old) AS fence,
+    {notified} IS NOT NULL AS notified
 """.strip()
 
 
 def _holders(t: str) -> str:
     """($1 key): the live row, its grants as JSON (a plain lease as one grant)."""
     return f"""
-SELECT l.owner, l.slot_limit, ({_live("l", "z.now")})::{TEXT}, l.fence, l.expires_at
+SELECT l.owner, l.slot_limit, ({_live("l", "z.now")})::{TEXT} AS holders, l.fence, l.expires_at
 FROM {t} AS l, (SELECT {_us(NOW)} AS now) AS z
 WHERE l.key {EQ} $1 AND l.expires_at {GT} {NOW}
 """.strip()
