@@ -56,8 +56,8 @@ __all__ = ["BACKEND", "POOLED_READ_BATCHES", "POOLED_WRITE_BATCHES", "PostgresBa
 #: carries the most calls). Through a pooler each batch waits out one more hop, and the
 #: pooler has server connections to run several side by side: three read batches cost no
 #: more server CPU per read than one (benchmarks/bench_pooler.py); three write batches cost
-#: about a third more per lifecycle operation at 16 callers (each carries a third of the
-#: calls, each statement has its commit and its ``SET LOCAL`` prefix), so writes keep one.
+#: 13-44% more per lifecycle operation (each carries a third of the calls, each statement
+#: has its commit and its ``SET LOCAL`` prefix), so writes keep one.
 POOLED_READ_BATCHES: Final = 3
 POOLED_WRITE_BATCHES: Final = 1
 
