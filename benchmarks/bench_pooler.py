@@ -22,12 +22,21 @@ of the lifecycle and read cells (``--variants`` picks a subset; ``direct`` alway
   one simple-protocol round trip per call on the connection's libpq handle (`psycopg_wire`),
   the server-side timeouts set inside it, the hot statements as calls of the plpgsql
   functions of revision 0005 (plans kept per server session);
+- ``pgbouncer-tx-one-batch``: ``pgbouncer-tx`` with one multi-row statement per coalescer in
+  flight at a time, as straight to a server (`sql_lease.backends.postgres`'s
+  ``POOLED_READ_BATCHES`` and ``POOLED_WRITE_BATCHES`` taken as 1): what more than one batch
+  in flight behind the pooler gains;
 - ``pgbouncer-tx-plain``: the same against a database at revision 0004, without the server
   functions of revision 0005 (the provider falls back to the plain statements, each parsed and
   planned by the server on every call): what ``pgbouncer-tx`` cost before 0005;
 - ``pgbouncer-tx-asyncpg``: the asyncpg pooler mode (``pooler="session"`` settings: unnamed
   statements, two round trips each, no server-side timeouts) through the same PgBouncer; what
   ``pooler="transaction"`` did before it ran on psycopg;
+- ``sync-direct`` and ``sync-pgbouncer-tx``: the sync provider (`sql_lease.sync`, N threads
+  sharing one provider with a pool of N connections, `_pooler_sync`) straight to the server
+  (its defaults: psycopg, binary, prepared statements) and with ``pooler="transaction"``
+  through the same PgBouncer (one ``PQexec`` per call: the server functions' calls with the
+  ``SET LOCAL`` prefix): ``sync-pgbouncer-tx / sync-direct`` is the sync pooler mode's cost;
 - ``redis``: the Redis/Lua reference of ``bench.py`` (``_impls.RedisLuaLeases``: ``SET NX PX``
   and compare-and-act Lua scripts as Mastra's provider, redis-py asyncio with hiredis, a pool
   of N connections) on ``--redis-url``; its ``server`` CPU column is the ``redis-server``
@@ -105,8 +114,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _impls import RedisLuaLeases
+from _pooler_sync import measure_sync
 
 from sql_lease import LeaseError, SqlLeaseProvider, migrate
+from sql_lease.backends import postgres as postgres_backend
 from sql_lease.backends.postgres.catalogue import build_catalogue
 from tests.infra.pgbouncer import PgBouncer
 
@@ -116,8 +127,11 @@ VARIANTS = (
     "direct-unnamed",
     "direct-psycopg",
     "pgbouncer-tx",
+    "pgbouncer-tx-one-batch",
     "pgbouncer-tx-plain",
     "pgbouncer-tx-asyncpg",
+    "sync-direct",
+    "sync-pgbouncer-tx",
     "redis",
 )
 RAW = ("raw-direct", "raw-direct-simple", "raw-pgbouncer")
@@ -237,9 +251,17 @@ async def measure(
     if url.startswith("redis"):
         provider = RedisLuaLeases.open(url, REDIS_PREFIX, clients)
     else:
-        provider = SqlLeaseProvider.from_url(
-            url, timeout=10, pool_size=clients, max_overflow=0, **options
-        )
+        options = dict(options)
+        pg = postgres_backend
+        usual = pg.POOLED_READ_BATCHES, pg.POOLED_WRITE_BATCHES
+        batches = options.pop("batches_in_flight", usual)
+        pg.POOLED_READ_BATCHES, pg.POOLED_WRITE_BATCHES = batches  # type: ignore[misc]
+        try:  # the plan reads them as the provider is built
+            provider = SqlLeaseProvider.from_url(
+                url, timeout=10, pool_size=clients, max_overflow=0, **options
+            )
+        finally:
+            pg.POOLED_READ_BATCHES, pg.POOLED_WRITE_BATCHES = usual  # type: ignore[misc]
 
     async def client(n: int, clock: Clock) -> None:
         key, owner = f"bench-{cell}-{n}", f"owner-{n}"
@@ -388,6 +410,8 @@ def run_one(
     try:
         if cell == "raw":
             rate, per_op = asyncio.run(measure_raw(name, url, clients, seconds, cpu))
+        elif name.startswith("sync-"):
+            rate, per_op = measure_sync(cell, url, options, clients, seconds, cpu)
         else:
             rate, per_op = asyncio.run(measure(cell, url, options, clients, seconds, cpu))
     except FAILURES as exc:  # counted, not hidden: the table shows it
@@ -403,9 +427,11 @@ def run_one(
     )
 
 
-def cell_plan(concurrencies: list[int], variants: list[str]) -> list[tuple[int, str, list[str]]]:
-    """(clients, cell, variants) in the order of a round."""
-    cells = [*((cell, variants) for cell in CELLS), ("raw", list(RAW))]
+def cell_plan(
+    concurrencies: list[int], variants: list[str], raw: bool = True
+) -> list[tuple[int, str, list[str]]]:
+    """(clients, cell, variants) in the order of a round (``raw``: the raw cells too)."""
+    cells = [*((cell, variants) for cell in CELLS), *([("raw", list(RAW))] if raw else [])]
     return [(clients, cell, names) for clients in concurrencies for cell, names in cells]
 
 
@@ -414,7 +440,7 @@ def run_rounds(
 ) -> Results:
     results = Results()
     for r in range(args.rounds):
-        for clients, cell, names in cell_plan(args.clients, variants):
+        for clients, cell, names in cell_plan(args.clients, variants, not args.no_raw):
             for name in names if r % 2 == 0 else names[::-1]:
                 run_one(results, r, cell, clients, name, targets[name], args.duration, cpu)
     return results
@@ -458,14 +484,16 @@ def _ratio(entry: dict[str, Any], key: str = "ratio_to_direct") -> str:
     return f"{entry[key]:5.2f} {low:5.2f}-{high:4.2f}"
 
 
-def report(results: Results, concurrencies: list[int], variants: list[str]) -> dict[str, Any]:
+def report(
+    results: Results, concurrencies: list[int], variants: list[str], raw: bool = True
+) -> dict[str, Any]:
     """Print the table (canonical order) and return it keyed ``cell/variant``."""
     table: dict[str, dict[str, Any]] = {}
     print(
         f"\n{'cell':14s} {'variant':21s} {'ops/s (median)':>15s} {'x direct':>9s} {'range':>11s}"
         "  CPU us/op (median): client server pooler"
     )
-    for clients, cell, names in cell_plan(concurrencies, variants):
+    for clients, cell, names in cell_plan(concurrencies, variants, raw):
         label = f"{cell}_c{clients}"
         for name in names:
             if (label, name) not in results.rates:
@@ -534,6 +562,21 @@ def headline(results: Results, concurrencies: list[int]) -> dict[str, Any]:
     return lines
 
 
+def sync_pooled(results: Results, concurrencies: list[int]) -> dict[str, Any]:
+    """Print and return, per cell, ``sync-pgbouncer-tx / sync-direct`` (the sync provider's
+    pooler mode against its direct mode; medians of the per-round ratios, as `headline`)."""
+    lines: dict[str, Any] = {}
+    for clients in concurrencies:
+        for kind in CELLS:
+            cell = f"{kind}_c{clients}"
+            if (cell, "sync-pgbouncer-tx") not in results.rates:
+                continue
+            lines[cell] = entry = paired(results, cell, "sync-pgbouncer-tx", "sync-direct")
+            if entry["round_median"] is not None:
+                print(f"sync {cell:14s} pooled / direct {_ratio(entry, 'round_median')}")
+    return lines
+
+
 def redis_pid(url: str) -> int | None:
     """The ``redis-server`` process id (for its CPU column), None when Redis is not there."""
     try:
@@ -580,6 +623,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", help="comma-separated subset of the variants ('direct' first)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round of 0.3 s, 1,16")
+    ap.add_argument("--no-raw", action="store_true", help="leave out the raw_cN cells")
     args = ap.parse_args()
     quick = args.quick
     args.rounds = args.rounds or (1 if quick else 5)
@@ -602,8 +646,14 @@ def targets(
         "direct-unnamed": (direct, {"connect_args": {"statement_cache_size": 0}}),
         "direct-psycopg": (direct, {"pooler": "transaction"}),
         "pgbouncer-tx": (pooled, {"pooler": "transaction"}),
+        "pgbouncer-tx-one-batch": (
+            pooled,
+            {"pooler": "transaction", "batches_in_flight": (1, 1)},
+        ),
         "pgbouncer-tx-plain": (bouncer.url(old), {"pooler": "transaction"}),
         "pgbouncer-tx-asyncpg": (pooled, {"pooler": "session"}),
+        "sync-direct": (direct, {}),
+        "sync-pgbouncer-tx": (pooled, {"pooler": "transaction"}),
         "raw-direct": (direct, {}),
         "raw-direct-simple": (direct, {}),
         "raw-pgbouncer": (bouncer.dsn(db), {}),
@@ -650,9 +700,10 @@ def main() -> int:
             conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
             conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
     load.append(os.getloadavg())
-    table = report(results, args.clients, args.variants)
-    lines = info(results, table, args.clients)
+    table = report(results, args.clients, args.variants, not args.no_raw)
+    lines = {} if args.no_raw else info(results, table, args.clients)
     top = headline(results, args.clients)
+    sync = sync_pooled(results, args.clients)
     elapsed = time.monotonic() - started
     print(f"\n{elapsed:.0f} s; load average before {load[0][0]:.2f}, after {load[1][0]:.2f}")
     meta = {
@@ -667,6 +718,7 @@ def main() -> int:
         document = {
             "settings": meta,
             "headline": top,
+            "sync": sync,
             "results": table,
             "info": lines,
             "failures": results.failures,

@@ -68,14 +68,19 @@ class CoalescedCalls(StatementRunner):
     _lease_reads: Lane
     _holder_reads: Lane
 
-    def _init_coalescing(self, mode: Coalesce) -> None:
+    def _init_coalescing(
+        self, mode: Coalesce, reads_in_flight: int = IN_FLIGHT, writes_in_flight: int = IN_FLIGHT
+    ) -> None:
+        """The coalescers for ``mode``; ``reads_in_flight``, ``writes_in_flight``: read and
+        write batches in flight at once (more than `IN_FLIGHT` behind a transaction pooler:
+        `backends.Plan.read_batches`)."""
         self._coalesce = mode
         sql = self._sql
         batches = sql.batches
         # Every call alone: coalescing off, or adaptive on a backend whose batches would only
         # serialise what its separate statements do in parallel (`Transaction.waits`).
         alone = mode is False or (mode is True and batches is None and not _transaction(sql).waits)
-        limit = _UNLIMITED if alone else IN_FLIGHT
+        limit = _UNLIMITED if alone else reads_in_flight
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:
@@ -84,11 +89,11 @@ class CoalescedCalls(StatementRunner):
             )
         else:
             send = self._writes_sender(batches, tuple(s.columns for s in writes))
-        write_limit = limit if alone else WRITES_IN_FLIGHT
+        write_limit = limit if alone else max(WRITES_IN_FLIGHT, writes_in_flight)
         shared = Coalescer(
             send,
             limit=write_limit,
-            batch_limit=min(write_limit, IN_FLIGHT),
+            batch_limit=min(write_limit, writes_in_flight),
             single=single,
             kinds=len(writes),
         )

@@ -12,7 +12,9 @@ Rules that keep every answer exactly what the one-row statement would have answe
 instant inside the call (linearizable): a batch is sent only after each of its calls began and
 is answered before any of them returns; a write batch carries at most one call per key (the
 next call on that key waits for the next statement), so the rows of one statement never
-interact; reads of one key may share a statement (they see one instant). A caller's own
+interact, and while a batch is in flight no other batch carries a write of any of its keys
+(with several batches in flight at once: behind a transaction pooler); reads of one key may
+share a statement (they see one instant). A caller's own
 deadline is its own: one that passes while it is queued or in flight fails that caller alone
 (a call still queued was never sent), and a batch runs until the latest deadline among its
 calls. Bad input never reaches the queue (calls are checked first). A statement that does not
@@ -77,10 +79,12 @@ class Coalescer:
     ``limit``: statements in flight at once (one-row or batches), ``batch_limit`` (at most
     ``limit``; the default) of them multi-row: with ``limit=2, batch_limit=1`` two lone callers
     never wait for each other, while under load the queue goes out as one batch at a time (the
-    fewer statements in flight, the more calls each carries). ``single``: False makes
-    every call go through the queue (every statement a batch; for tests). ``shared_keys``:
-    reads, whose calls on one key may share a statement. Calls come in by `Lane`, one per
-    kind; the sender sees each waiter's kind.
+    fewer statements in flight, the more calls each carries); with ``batch_limit`` above 1
+    (behind a transaction pooler, whose round trip bounds one batch at a time) a write's key
+    in flight in one batch keeps the calls on it queued until that batch ends. ``single``:
+    False makes every call go through the queue (every statement a batch; for tests).
+    ``shared_keys``: reads, whose calls on one key may share a statement. Calls come in by
+    `Lane`, one per kind; the sender sees each waiter's kind.
     """
 
     __slots__ = (
@@ -88,6 +92,7 @@ class Coalescer:
         "_batching",
         "_holding",
         "_in_flight",
+        "_in_flight_keys",
         "_limit",
         "_progress",
         "_queue",
@@ -123,6 +128,8 @@ class Coalescer:
         self._single = single
         self._shared_keys = shared_keys
         self._in_flight = 0
+        #: The keys of the batches in flight (writes only: a key is in one batch at a time).
+        self._in_flight_keys: set[bytes] = set()
         self._progress = 0  # statements of this kind ended so far
         self._stall_timer: asyncio.TimerHandle | None = None
         self._queue: list[Waiter] = []
@@ -201,15 +208,17 @@ class Coalescer:
         ):
             batch: list[Waiter] = []
             rest: list[Waiter] = []
-            keys: set[bytes] = set()
             shared = self._shared_keys
+            # A write's key already in flight (in this batch or another) waits for the next.
+            keys = self._in_flight_keys
             for waiter in self._queue:
                 if waiter.future.done():  # timed out or cancelled while queued
                     continue
                 if len(batch) >= MAX_BATCH or (not shared and waiter.key in keys):
                     rest.append(waiter)
                     continue
-                keys.add(waiter.key)
+                if not shared:
+                    keys.add(waiter.key)
                 batch.append(waiter)
             self._queue = rest
             if not batch:
@@ -254,6 +263,8 @@ class Coalescer:
             self._in_flight -= 1
             self._batching -= 1
             self._progress += 1
+            if not self._shared_keys:
+                self._in_flight_keys.difference_update(w.key for w in batch)
             if len(batch) > 1 and not self._holding:
                 # Its callers resume on the loop's next turns and most make their next call at
                 # once: let those calls queue for one batch rather than the first of them take

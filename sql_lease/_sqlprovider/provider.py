@@ -106,7 +106,10 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         self._sql = backend.catalogue(table_name, schema)
         #: Without a schema, the table's is found before the first statement (`_schema_home`).
         self._renames = {} if schema is None and backend.has_schemas else None
-        self._init_coalescing(mode)
+        if plan is None:
+            self._init_coalescing(mode)
+        else:
+            self._init_coalescing(mode, plan.read_batches, plan.write_batches)
         self._where = redact(engine.url)
         self._connections = Connections(
             engine.sync_engine.pool,

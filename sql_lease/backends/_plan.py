@@ -50,7 +50,12 @@ class Plan:
     """How ``from_url`` builds and runs a provider on one URL, decided by one call of
     `AsyncExecution.plan`: the engine (URL, connect arguments, options), the adaptor of its
     connections, the one-off checks on it (``watch``), the LISTEN engine's arguments (with
-    ``listen_url``) and the wake-up policy (``listens``: False, waiters poll)."""
+    ``listen_url``), the wake-up policy (``listens``: False, waiters poll) and how many read
+    and write batches (multi-row statements of coalesced calls) may be in flight at once
+    (``read_batches``, ``write_batches``: 1 straight to a server, where one batch at a time
+    carries the most calls; more behind a transaction pooler, whose extra hop would
+    otherwise bound a kind to one round trip at a time while the pooler's other server
+    connections sit idle)."""
 
     engine_url: URL
     connect_args: dict[str, Any]
@@ -61,6 +66,8 @@ class Plan:
     listens: bool
     listen_url: URL | None = None
     listen_connect_args: dict[str, Any] | None = None
+    read_batches: int = 1
+    write_batches: int = 1
 
 
 def planned_arguments(

@@ -2,7 +2,7 @@
 
 No ratio is asserted (timings on a shared machine prove nothing): only that each variant of
 each cell measured something (Redis too), that no run failed, and that the JSON has the info
-lines and the headline (pooled / direct, pooled / Redis).
+lines, the headline (pooled / direct, pooled / Redis) and the sync provider's pooled / direct.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _declared() -> tuple[tuple[str, ...], tuple[str, ...]]:
 def test_the_quick_run_measures_every_cell_and_variant(tmp_path: Path, pg_server: object) -> None:
     out = tmp_path / "pooler.json"
     variants, raw = _declared()
-    assert len(variants) == 7 and len(raw) == 3 and "redis" in variants
+    assert len(variants) == 10 and len(raw) == 3 and "redis" in variants
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--duration", "0.1", "--json", str(out)],
         cwd=ROOT,
@@ -62,4 +62,6 @@ def test_the_quick_run_measures_every_cell_and_variant(tmp_path: Path, pg_server
             line = data["headline"][f"{cell}_c{clients}"]
             assert line["pooled_direct"]["round_median"] > 0
             assert line["pooled_redis"]["round_median"] > 0
+            assert data["sync"][f"{cell}_c{clients}"]["round_median"] > 0
     assert "info raw_c16" in done.stdout
+    assert "sync lifecycle_c16" in done.stdout

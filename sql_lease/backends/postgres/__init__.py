@@ -49,7 +49,17 @@ from . import citus, driver, errors, urls
 from .catalogue import HOME_SQL, build_catalogue
 from .listen import Listener
 
-__all__ = ["BACKEND", "PostgresBackend"]
+__all__ = ["BACKEND", "POOLED_READ_BATCHES", "POOLED_WRITE_BATCHES", "PostgresBackend"]
+
+#: Read and write batches in flight at once behind ``pooler="transaction"`` (`Plan`'s
+#: ``read_batches``, ``write_batches``; straight to the server 1 each: one batch at a time
+#: carries the most calls). Through a pooler each batch waits out one more hop, and the
+#: pooler has server connections to run several side by side: three read batches cost no
+#: more server CPU per read than one (benchmarks/bench_pooler.py); three write batches cost
+#: 13-44% more per lifecycle operation (each carries a third of the calls, each statement
+#: has its commit and its ``SET LOCAL`` prefix), so writes keep one.
+POOLED_READ_BATCHES: Final = 3
+POOLED_WRITE_BATCHES: Final = 1
 
 
 class PostgresBackend:
@@ -157,6 +167,8 @@ class PostgresBackend:
             listens=o.pooler != "transaction" or o.listen_url is not None,
             listen_url=o.listen_url,
             listen_connect_args=listen_args,
+            read_batches=POOLED_READ_BATCHES if o.pooler == "transaction" else 1,
+            write_batches=POOLED_WRITE_BATCHES if o.pooler == "transaction" else 1,
         )
 
     def _watch_engine(
