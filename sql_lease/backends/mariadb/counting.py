@@ -327,10 +327,10 @@ RETURNING `key`, IF({_OK}, 1, IF({still_blocking}, 0, NULL)), IF({_OK}, fence, N
 
 
 @lru_cache(maxsize=64)
-def _ensure(t: str, n: int) -> Statement[bytes]:
+def _ensure(t: str, seq: str, n: int) -> Statement[bytes]:
     """(?1..?n sorted keys): an expired placeholder row (the reserved owner, no grants) for
     each key that has none, inserted in key order."""
-    rows = ", ".join(f"(?{i}, {RESERVED}, 0, {NOW}, {NOW})" for i in range(1, n + 1))
+    rows = ", ".join(f"(?{i}, {RESERVED}, NEXTVAL({seq}), {NOW}, {NOW})" for i in range(1, n + 1))
     sql = (
         f"INSERT INTO {t} ({_INSERTED}) VALUES {rows}"
         f" ON DUPLICATE KEY UPDATE owner = {t}.owner RETURNING `key`"
@@ -388,5 +388,5 @@ def build_counting(t: str, seq: str) -> CountingStatements:
         acquire_all=lambda n: _acquire_all(t, seq, n),
         release_all=lambda n: _release_all(t, n),
         keys_args=_keys_args,
-        ensure=lambda n: _ensure(t, n),
+        ensure=lambda n: _ensure(t, seq, n),
     )
