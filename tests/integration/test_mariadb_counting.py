@@ -7,6 +7,7 @@ tests/integration/test_counting_race.py (with MariaDB among its backends)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from sql_lease import SqlLeaseProvider, migrate
 from sql_lease.backends import backend_named
 from sql_lease.backends.mariadb.placeholders import compiled
 from sql_lease.backends.mariadb.sessions import session_sql
+
+from .. import _mariadb
 
 LONG = 30_000
 
@@ -147,3 +150,19 @@ async def test_the_all_or_none_statements_themselves_never_deadlock(url: str) ->
     await asyncio.gather(*(client(random.Random(rng.random()), f"r{c}") for c in range(8)))
     assert failures == []
     assert taken > 10
+
+
+async def test_the_stored_grants_carry_numbers_and_the_rows_newest_fence(url: str) -> None:
+    async with SqlLeaseProvider.from_url(url, timeout=10) as p:
+        assert (await p.acquire_lease("sem", "a", LONG, limit=3)).acquired
+        assert (await p.acquire_lease("sem", "b", LONG, limit=3)).acquired
+        assert await p.transfer_lease("sem", "a", "c", LONG)
+        fences = [h.fence for h in await p.get_lease_holders("sem")]
+    u = make_url(url)
+    with _mariadb.admin_connect(u, u.database) as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT fence, holders FROM leases WHERE `key` = 'sem'")
+        [(fence, holders)] = cursor.fetchall()
+    grants = json.loads(holders)
+    assert all(type(g[f]) is int for g in grants for f in ("f", "e", "a")), grants
+    assert sorted(g["f"] for g in grants) == sorted(fences)
+    assert fence == max(fences)

@@ -54,6 +54,8 @@ _TAKE: Final = "@sql_lease_take"
 _FENCE: Final = "@sql_lease_fence"
 _NEW: Final = "@sql_lease_h"
 _OK: Final = "@sql_lease_ok"
+#: The new fence as a number in JSON (a variable read may come back as a string).
+_FENCE_NUMBER: Final = f"CAST({_FENCE} AS SIGNED)"
 #: The variables these statements keep, with a value of their type (`sessions.session_sql`).
 COUNTING_VARIABLES: Final = (
     (_CUR, "''"),
@@ -168,7 +170,7 @@ def _acquire(t: str, seq: str) -> str:
     take = (
         f"(JSON_LENGTH({_CUR}) = 0 OR {held_limit} = ?4) AND ({_MINE} OR JSON_LENGTH({_CUR}) < ?4)"
     )
-    grant = _grant("?2", _FENCE, _T, "?3", "?5", "?6")
+    grant = _grant("?2", _FENCE_NUMBER, _T, "?3", "?5", "?6")
     new = f"IF({_MINE}, {_with_me(_CUR, '?2', _T, '?3', '?5', '?6')}, {_append(_CUR, grant)})"
     first = _set(
         ("@sql_lease_now", NOW),
@@ -239,7 +241,8 @@ def _transfer(t: str, seq: str) -> str:
         )
 
     new = (
-        f"JSON_OBJECT('o', {_hex('?3')}, 'f', {_FENCE}, 'e', {_later(_T, '?4')}, 'a', {_us(_T)},"
+        f"JSON_OBJECT('o', {_hex('?3')}, 'f', {_FENCE_NUMBER},"
+        f" 'e', {_later(_T, '?4')}, 'a', {_us(_T)},"
         f" 'm', IF(?5 IS NULL, {kept('m')}, {_hex('?5')}), 's', IF(?5 IS NULL, {kept('s')}, ?6))"
     )
     first = _set(
