@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -76,3 +77,13 @@ def drop_made() -> None:
             drop_database(_MADE[-1])
         except pymysql.err.MySQLError:
             _MADE.pop()
+
+
+def stray_files(*directories: Path) -> set[Path]:
+    """Files named like a database these fixtures make (``sql_lease_t_*``) in ``directories``.
+
+    A test that hands such a name to ``sqlite3.connect`` creates an empty file of that name in
+    the working directory (two were committed once); `tests/conftest.py` fails a session that
+    leaves a new one behind.
+    """
+    return {path for d in directories for path in d.glob("sql_lease_t_*") if path.is_file()}

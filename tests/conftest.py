@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -84,11 +85,23 @@ def make_database(pg_server: URL) -> Callable[[], str]:
     return make
 
 
+def _checked_directories(session: pytest.Session) -> tuple[Path, ...]:
+    return tuple({Path.cwd().resolve(), Path(session.config.rootpath).resolve()})
+
+
+_STRAY_BEFORE: set[Path] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STRAY_BEFORE.update(_mariadb.stray_files(*_checked_directories(session)))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Drop the databases of `make_database`. Here, not in the fixture's teardown: each
-    ``DROP DATABASE`` waits for a checkpoint, and the hundreds a whole run makes took longer on
-    a loaded machine than the per-test timeout, which counts a session fixture's teardown
-    against the last test."""
+    """Drop the databases of `make_database`, then fail a session that left files named like a
+    MariaDB test database behind (`_mariadb.stray_files`). Here, not in the fixture's teardown:
+    each ``DROP DATABASE`` waits for a checkpoint, and the hundreds a whole run makes took
+    longer on a loaded machine than the per-test timeout, which counts a session fixture's
+    teardown against the last test."""
     while _MADE:
         janitor = _MADE.pop()
         if citus_workers():
@@ -101,6 +114,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             continue
         janitor.drop()
     _mariadb.drop_made()
+    stray = _mariadb.stray_files(*_checked_directories(session)) - _STRAY_BEFORE
+    if stray:
+        names = ", ".join(sorted(str(path) for path in stray))
+        print(f"\nERROR: this test session created files named like test databases: {names}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

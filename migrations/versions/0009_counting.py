@@ -10,7 +10,9 @@ both take the last slot (see docs/explanation/counting-leases.md).
 
 Plain rows keep both columns NULL and the hot statements never read them: existing rows keep
 working and their statements are unchanged. PostgreSQL stores ``holders`` as ``jsonb``, SQLite
-as JSON text. Downgrade drops both columns; run it only when no counting lease is live (a
+as JSON text, MariaDB as ``JSON`` (``LONGTEXT`` checked by ``JSON_VALID``; both columns added by
+one ``ALTER TABLE``, its own branch: the columns SQLAlchemy's generic form made there, written
+out). Downgrade drops both columns; run it only when no counting lease is live (a
 counting row left behind reads as a lease held by the foreign owner ``\\xff`` until it expires).
 
 Revision ID: 0009
@@ -32,15 +34,30 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+_LIMIT_COMMENT = "how many owners may hold the key at once (NULL: a plain lease)"
+_HOLDERS_COMMENT = "the grants of a counting lease or a lease with metadata (JSON)"
+
+
+def _mariadb() -> bool:
+    return op.get_context().dialect.name == "mariadb"
+
+
 def upgrade() -> None:
     names = migration_names()
+    if _mariadb():
+        op.execute(
+            f"ALTER TABLE `{names.table}` "
+            f"ADD COLUMN slot_limit INT NULL COMMENT '{_LIMIT_COMMENT}', "
+            f"ADD COLUMN holders JSON NULL COMMENT '{_HOLDERS_COMMENT}'"
+        )
+        return
     op.add_column(
         names.table,
         sa.Column(
             "slot_limit",
             sa.Integer(),
             nullable=True,
-            comment="how many owners may hold the key at once (NULL: a plain lease)",
+            comment=_LIMIT_COMMENT,
         ),
         schema=names.schema,
     )
@@ -50,7 +67,7 @@ def upgrade() -> None:
             "holders",
             sa.JSON().with_variant(postgresql.JSONB(), "postgresql"),
             nullable=True,
-            comment="the grants of a counting lease or a lease with metadata (JSON)",
+            comment=_HOLDERS_COMMENT,
         ),
         schema=names.schema,
     )
@@ -58,5 +75,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     names = migration_names()
+    if _mariadb():
+        op.execute(f"ALTER TABLE `{names.table}` DROP COLUMN holders, DROP COLUMN slot_limit")
+        return
     op.drop_column(names.table, "holders", schema=names.schema)
     op.drop_column(names.table, "slot_limit", schema=names.schema)

@@ -140,9 +140,10 @@ class SqlCounting(CoalescedCalls):
         for _ in range(3):
             rows = await self._run("acquire_leases", True, statement.sql, (*keys_args, o, ttl))
             found: list[AllRow] = [statement.decode(row) for row in rows]
-            if counting.ensure is None or all(r.acquired is not None for r in found):
+            if counting.ensure is None or _settled(found):
                 break
-            # Keys without a row (PostgreSQL locks only rows that exist): placeholders, again.
+            # Keys without a row (PostgreSQL and MariaDB lock only rows that exist):
+            # placeholders, then again.
             ensure = counting.ensure(len(stored))
             await self._run("acquire_leases", True, ensure.sql, keys_args)
         taken = {r.key: r for r in found if r.acquired}
@@ -181,6 +182,15 @@ class SqlCounting(CoalescedCalls):
             "release_leases", True, statement.sql, (*counting.keys_args(stored), o)
         )
         return len(rows)
+
+
+def _settled(found: list[AllRow]) -> bool:
+    """Whether an all-or-none answer is final: a key blocked (refused whatever the missing
+    rows), or every key answered. No row at all (MariaDB answers only for rows that exist)
+    or a key without an answer: placeholders are needed first."""
+    if any(r.acquired is False for r in found):
+        return True
+    return bool(found) and all(r.acquired is not None for r in found)
 
 
 def _grant_of(row: CountRow, o: bytes) -> Grant | None:

@@ -67,9 +67,8 @@ async def pgbouncer_provider(
 #: semantics and what they report. Bad input is refused before a call can queue, and holding,
 #: waiting and the coordinator call the same methods (and run with the default, adaptive
 #: coalescing on the other providers): running them batched too would only lengthen the suite.
-#: Modules of calls a backend does not have yet, by provider parameter prefix: MariaDB has no
-#: counting leases (its refusal is tested in tests/integration/test_mariadb.py).
-NOT_ON = {"mariadb": frozenset({"test_counting"})}
+#: Modules of calls a backend does not have yet, by provider parameter prefix (none today).
+NOT_ON: dict[str, frozenset[str]] = {}
 
 BATCHED_MODULES = frozenset(
     {"test_semantics", "test_reporting_forms", "test_extensions", "test_counting"}

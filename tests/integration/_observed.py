@@ -39,7 +39,7 @@ def row_locked(url: str, backend: str, k: str) -> Iterator[None]:
         finally:
             pg.rollback()
             pg.close()
-    else:
+    elif backend == "sqlite" and make_url(url).get_backend_name() == "sqlite":
         db = sqlite3.connect(make_url(url).database or "", isolation_level=None)
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -47,3 +47,7 @@ def row_locked(url: str, backend: str, k: str) -> Iterator[None]:
         finally:
             db.rollback()
             db.close()
+    else:
+        # Never a fall-through to SQLite: sqlite3.connect on another backend's database name
+        # made an empty file of that name in the working directory (sql_lease_t_<hex>).
+        raise ValueError(f"row_locked knows no backend {backend!r} for this URL")

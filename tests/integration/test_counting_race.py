@@ -39,9 +39,11 @@ def test_the_checker_counts_overlaps() -> None:
     assert most_at_once([*grants, ("c", 3, t0 + 9 * ms, t0 + 30 * ms)]) == 3
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def race_url(request: pytest.FixtureRequest) -> str:
-    fixture = {"postgresql": "database_url", "sqlite": "sqlite_url"}[request.param]
+    fixture = {"postgresql": "database_url", "sqlite": "sqlite_url", "mariadb": "mariadb_url"}[
+        request.param
+    ]
     url: str = request.getfixturevalue(fixture)
     return url
 

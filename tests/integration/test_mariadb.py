@@ -133,22 +133,6 @@ async def test_sixteen_concurrent_acquires_one_winner(url: str) -> None:
     assert {r.fence for r in results} == {winners[0].fence}
 
 
-async def test_counting_calls_are_refused_clearly_and_change_nothing(url: str) -> None:
-    """Counting leases, metadata and all-or-none calls are not on MariaDB yet: a typed error
-    that names them, and the key stays free for a plain acquire."""
-    async with SqlLeaseProvider.from_url(url) as p:
-        calls = [
-            p.acquire_lease("sem", "w0", LONG, limit=3),
-            p.acquire_lease("sem", "w0", LONG, metadata=b"x"),
-            p.acquire_leases(["a", "b"], "w0", LONG),
-            p.get_lease_holders("sem"),
-        ]
-        for call in calls:
-            with pytest.raises(LeaseValueError, match="MariaDB has no counting leases"):
-                await call
-        assert (await p.acquire_lease("sem", "w0", LONG)).acquired
-
-
 # -- least privilege ------------------------------------------------------------------------
 
 
@@ -192,6 +176,12 @@ async def test_the_runtime_user_needs_only_the_documented_grants(runtime_url: st
             assert held.fence is not None
         waited = await p.wait_for_lease("held", "other", LONG, timeout_ms=LONG)
         assert waited.acquired
+        # Counting leases, metadata and all-or-none calls need nothing more.
+        assert (await p.acquire_lease("sem", "a", LONG, limit=2, metadata="m")).acquired
+        assert (await p.acquire_lease("sem", "b", LONG, limit=2)).acquired
+        assert len(await p.get_lease_holders("sem")) == 2
+        assert (await p.acquire_leases(["x", "y"], "a", LONG)).acquired
+        assert await p.release_leases(["x", "y"], "a") == 2
 
 
 # -- the guard ------------------------------------------------------------------------------
@@ -337,3 +327,48 @@ async def test_a_database_without_the_migrations_is_a_schema_error(
     async with SqlLeaseProvider.from_url(make_mariadb_database(), timeout=5) as p:
         with pytest.raises(LeaseSchemaError, match="migrations"):
             await p.acquire_lease("k", "o", LONG)
+
+
+def test_row_locked_refuses_a_backend_it_does_not_know_and_makes_no_file(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It once fell through to sqlite3.connect(<database name>) for MariaDB, which left empty
+    # files named sql_lease_t_<hex> in the working directory.
+    from ._observed import row_locked
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="no backend 'sqlite'"), row_locked(url, "sqlite", "k"):
+        pass
+    with row_locked(url, "mariadb", "k"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mariadb_url_never_becomes_a_file_in_the_working_directory(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sql_lease.sync import SqlLeaseProvider as SyncProvider
+
+    monkeypatch.chdir(tmp_path)
+    missing = make_url(url).set(database=f"{make_url(url).database}_gone")
+
+    async def calls() -> None:
+        async with SqlLeaseProvider.from_url(url, timeout=5) as p:
+            assert (await p.acquire_lease("f", "o", LONG)).acquired
+        async with SqlLeaseProvider.from_url(missing, timeout=5) as p:
+            with pytest.raises(LeaseConnectionError):
+                await p.acquire_lease("f", "o", LONG)
+
+    asyncio.run(calls())
+    with SyncProvider.from_url(url, timeout=5) as sp:
+        assert sp.get_lease_owner("f") == "o"
+    assert migrate.current(url) is not None
+    listed = subprocess.run(
+        [sys.executable, "-m", "sql_lease", "list", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -13,17 +13,19 @@ import pytest
 from sql_lease import SqlLeaseProvider, migrate
 
 
-def _urls(make_database: Callable[[], str], tmp_path: Path, kind: str) -> str:
+def _urls(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> str:
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'leases.db'}"
-    return make_database()
+    fixture = "make_mariadb_database" if kind == "mariadb" else "make_database"
+    make: Callable[[], str] = request.getfixturevalue(fixture)
+    return make()
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "sqlite"])
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite", "mariadb"])
 def test_leases_from_before_0009_keep_working_after_it(
-    make_database: Callable[[], str], tmp_path: Path, kind: str
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:
-    url = _urls(make_database, tmp_path, kind)
+    url = _urls(request, tmp_path, kind)
     migrate.upgrade(url, "0006")
 
     async def before() -> int:
@@ -55,11 +57,17 @@ def test_leases_from_before_0009_keep_working_after_it(
     assert migrate.current(url) == "0006"
 
 
-@pytest.mark.parametrize("dialect", ["postgresql", "sqlite"])
+@pytest.mark.parametrize("dialect", ["postgresql", "sqlite", "mariadb"])
 def test_offline_sql_of_0009_adds_and_drops_the_columns(dialect: str) -> None:
-    url = "postgresql://u@h/db" if dialect == "postgresql" else "sqlite:///x.db"
+    url = {
+        "postgresql": "postgresql://u@h/db",
+        "sqlite": "sqlite:///x.db",
+        "mariadb": "mariadb://u@h/db",
+    }[dialect]
     up = migrate.upgrade(url, "0006:0009", sql=True) or ""
     assert "slot_limit" in up and "holders" in up, up
     assert ("JSONB" in up) == (dialect == "postgresql"), up
+    if dialect == "mariadb":
+        assert "ADD COLUMN slot_limit INT NULL" in up and "ADD COLUMN holders JSON NULL" in up, up
     down = migrate.downgrade(url, "0009:0006", sql=True) or ""
     assert "DROP COLUMN holders" in down and "DROP COLUMN slot_limit" in down, down

@@ -51,6 +51,7 @@ from ...catalogue import (
     decode_renewed_pair,
 )
 from ...schema import fence_sequence_name, notify_channel
+from .counting import build_counting
 
 __all__ = [
     "MAX_BATCH",
@@ -293,6 +294,7 @@ ORDER BY `key` LIMIT ?3
         ),
         max_batch=MAX_BATCH,
         transaction=TRANSACTION,
+        counting=build_counting(t, seq),
     )
 
 

@@ -5,7 +5,8 @@ sync, an application's engine included), as one statement; no driver.
 statements' clock, ``SYSDATE(6)``, follows it), ``max_statement_time`` and
 ``innodb_lock_wait_timeout`` at 80% of a call's timeout (the server ends a stuck statement,
 saying nothing was applied, before the client's deadline; the lock wait timeout is whole
-seconds, at least 1, so the statement time usually fires first), and autocommit.
+seconds, at least 1, so the statement time usually fires first), autocommit, and the session
+variables of the counting statements set to a value of their type (`counting`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 
 from ..._core.deadlines import SERVER_SHARE
 from .catalogue import SESSION_SQL_MODE
+from .counting import COUNTING_VARIABLES
 
 __all__ = ["session_sql"]
 
@@ -24,5 +26,6 @@ def session_sql(timeout: float) -> str:
     return (
         f"SET SESSION sql_mode = '{SESSION_SQL_MODE}', time_zone = '+00:00', "
         f"max_statement_time = {server:.3f}, "
-        f"innodb_lock_wait_timeout = {max(1, math.ceil(server))}, autocommit = 1"
+        f"innodb_lock_wait_timeout = {max(1, math.ceil(server))}, autocommit = 1, "
+        + ", ".join(f"{name} = {value}" for name, value in COUNTING_VARIABLES)
     )
