@@ -26,7 +26,7 @@ from .._core.contract import ForeignLease, Lease
 from .._core.counting import RESERVED_OWNER
 from .._core.validate import Millis, check_limit, check_millis, check_name, check_prefix, check_ttl
 from ..capabilities import Holder, Released, Renewal
-from ..catalogue import LeaseState, decode_row
+from ..catalogue import LeaseState, decode_row, label
 from .counting import SqlCounting
 from .guard import guard
 
@@ -148,7 +148,8 @@ class SqlExtensions(SqlCounting):
         waiter wants, each with ``wanted_until`` and the database's ``now``.
 
         ``prefix``, ``limit`` and ``after`` as for `list_leases`. A key or owner that is not
-        UTF-8 shows as its label (``\\x`` and hex), never raises.
+        UTF-8 shows as its label (``\\x`` and hex), never raises. A counting lease shows as
+        one state per live holder (``limit`` counts keys, not holders).
         """
         low, high = check_prefix(prefix)
         count = check_limit(limit)
@@ -157,7 +158,29 @@ class SqlExtensions(SqlCounting):
             low = max(low, check_name("after", after) + b"\0")
         statement = self._sql.list_states
         rows = await self._run("list_states", False, statement.sql, (low, high, count, within))
-        return [statement.decode(row) for row in rows]
+        return await self._holders_of_states([statement.decode(row) for row in rows])
+
+    async def _holders_of_states(self, states: list[LeaseState]) -> list[LeaseState]:
+        """The states with a live counting row as one state per live grant (its holders), and
+        a counting row with no live grant left out unless a waiter wants its key (an
+        all-or-none acquire's placeholder, or every grant ended: nobody held it as such). A key
+        shown as its label (not UTF-8, or text starting ``\\x``) is left as read."""
+        reserved = label(RESERVED_OWNER)
+        out: list[LeaseState] = []
+        for s in states:
+            if s.owner != reserved or s.key.startswith("\\x"):  # plain, or a key's label
+                out.append(s)
+                continue
+            holders = await self.get_lease_holders(s.key) if s.live else []
+            out.extend(
+                s._replace(
+                    owner=h.owner, fence=h.fence, expires_at=h.expires_at, acquired_at=h.acquired_at
+                )
+                for h in holders
+            )
+            if not holders and s.wanted:
+                out.append(s)
+        return out
 
     async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
         """The listed rows with each counting key (its owner reserved) as its live grants."""

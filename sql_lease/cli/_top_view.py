@@ -45,10 +45,11 @@ class Changes:
 
     def __init__(self, keep: int = 10) -> None:
         self.recent: deque[Change] = deque(maxlen=keep)
-        self._last: dict[str, LeaseState] | None = None
+        self._last: dict[tuple[str, str], LeaseState] | None = None
 
     def update(self, states: Sequence[LeaseState], window: timedelta) -> None:
-        current = {s.key: s for s in states}
+        # By key and owner: a counting lease shows one state per holder of its key.
+        current = {(s.key, s.owner): s for s in states}
         found = (
             _from_timestamps(states, window)
             if self._last is None
@@ -69,24 +70,30 @@ def _from_timestamps(states: Sequence[LeaseState], window: timedelta) -> list[Ch
     return out
 
 
-def _differences(before: dict[str, LeaseState], after: dict[str, LeaseState]) -> list[Change]:
+def _differences(
+    before: dict[tuple[str, str], LeaseState], after: dict[tuple[str, str], LeaseState]
+) -> list[Change]:
+    # A holder live before and gone now, on a key that gained a live holder: handed over.
+    gone = {key for (key, owner), old in before.items() if old.live and (key, owner) not in after}
+    handed: set[str] = set()
     out = []
-    for key, s in after.items():
-        old = before.get(key)
+    for (key, owner), s in after.items():
+        old = before.get((key, owner))
         if s.live and (old is None or not old.live or old.fence != s.fence):
-            if old is not None and old.live and old.owner != s.owner:
-                out.append(Change(s.acquired_at, key, "handed over", s.owner, s.fence))
+            if old is None and key in gone:
+                handed.add(key)
+                out.append(Change(s.acquired_at, key, "handed over", owner, s.fence))
             else:
-                out.append(Change(s.acquired_at, key, "acquired", s.owner, s.fence))
+                out.append(Change(s.acquired_at, key, "acquired", owner, s.fence))
         elif old is not None and old.live and not s.live:
             # A release sets the expiry to the moment it happened; an expiry keeps it.
             what = "released" if s.expires_at < old.expires_at else "expired"
-            out.append(Change(s.expires_at, key, what, s.owner, s.fence))
+            out.append(Change(s.expires_at, key, what, owner, s.fence))
         if s.wanted and (old is None or not old.wanted):
-            out.append(Change(s.now, key, "wanted", s.owner, s.fence))
-    for key, old in before.items():
-        if key not in after and old.live:  # gone from view: ended and past the window
-            out.append(Change(old.now, key, "ended", old.owner, old.fence))
+            out.append(Change(s.now, key, "wanted", owner, s.fence))
+    for (key, owner), old in before.items():
+        if (key, owner) not in after and old.live and key not in handed:
+            out.append(Change(old.now, key, "ended", owner, old.fence))  # past the window
     return out
 
 

@@ -259,3 +259,23 @@ def test_in_a_terminal_a_failing_read_is_shown_and_the_view_recovers(
     finally:
         rename_table(url, "leases_away", "leases")
     wait_for_screen(tmux, lambda s: "retrying" not in s and f"{p}:kept" in s)
+
+
+def test_a_counting_lease_shows_its_holders_and_an_ended_one_nothing(
+    sql_lease: Cli, url: str, leases: Leases
+) -> None:
+    p = prefix()
+
+    async def setup(provider: SqlLeaseProvider) -> None:
+        for owner in ("w1", "w2"):
+            assert await provider.acquire_lease(f"{p}:pool", owner, 60_000, limit=3) is not None
+        await provider.acquire_lease(f"{p}:held", "w3", 60_000)
+        # A counting row whose every grant ended: nobody holds it, nothing to show.
+        assert await provider.acquire_lease(f"{p}:done", "w4", 60_000, limit=2) is not None
+        await provider.release_lease(f"{p}:done", "w4")
+
+    leases(setup)
+    result = sql_lease("top", "--once", "--json", "--prefix", p, "--url", url)
+    assert result.code == 0, result.err
+    shown = sorted((lease["key"], lease["owner"]) for lease in json.loads(result.out)["leases"])
+    assert shown == [(f"{p}:held", "w3"), (f"{p}:pool", "w1"), (f"{p}:pool", "w2")]

@@ -93,3 +93,22 @@ def test_classes_hide_keys() -> None:
     ]
     assert {c["class"] for c in doc["changes"]} == {"import", "mail"}
     assert "leases" not in doc and all("key" not in c for c in doc["changes"])
+
+
+def test_the_holders_of_a_counting_lease_change_one_by_one() -> None:
+    changes = Changes()
+    changes.update([state("p", "w1", 1, 0, 30, 1), state("p", "w2", 2, 0, 30, 1)], timedelta(0))
+    changes.update(
+        [
+            state("p", "w1", 1, 0, 30, 2),
+            state("p", "w2", 2, 0, 30, 2),
+            state("p", "w3", 3, 2, 30, 2),
+        ],
+        WINDOW,
+    )  # a third holder joins; the others stay
+    assert [(c.key, c.what, c.owner) for c in changes.recent] == [("p", "acquired", "w3")]
+    changes.update([state("p", "w1", 1, 0, 30, 3), state("p", "w3", 3, 2, 30, 3)], WINDOW)
+    assert [(c.key, c.what, c.owner) for c in changes.recent] == [
+        ("p", "ended", "w2"),
+        ("p", "acquired", "w3"),
+    ]
