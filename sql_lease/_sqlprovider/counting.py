@@ -7,18 +7,28 @@ plain statement met a counting row: an acquire refused by the reserved owner, a 
 renewal or transfer that matched nothing (the owner may hold a grant of a counting row; one
 more statement on that path, which is a miss), a read that found the reserved owner. What the
 rows mean is in `sql_lease._core.counting` and the backends' ``counting`` modules.
+
+On a table before migration 0009 (a rolling upgrade: this version's code, the old schema) that
+extra statement of a miss fails on the missing columns; a table without them holds no counting
+row, so the miss stands (`_fall_through`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from .._core.contract import AcquireResult, Lease
 from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant, check_count_args
 from .._core.validate import check_keys, check_name, check_ttl
 from ..capabilities import Released
 from ..catalogue import AllRow, CountingStatements, CountRow, name_of
-from ..errors import LeaseForeignRowError, LeaseLimitMismatchError, LeaseValueError
+from ..errors import (
+    LeaseForeignRowError,
+    LeaseLimitMismatchError,
+    LeaseSchemaError,
+    LeaseValueError,
+)
 from .batch_senders import CoalescedCalls
 
 __all__ = ["SqlCounting", "check_count_args"]
@@ -96,12 +106,20 @@ class SqlCounting(CoalescedCalls):
         holders = await self.get_lease_holders(key)
         return holders[0] if holders else None
 
+    async def _fall_through(self, call: str, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """A plain write's miss asking for the owner's grant of a counting row; none on a
+        table before 0009, whose missing columns fail the statement (nothing was applied)."""
+        try:
+            return await self._run(call, True, sql, args)
+        except LeaseSchemaError:
+            return []
+
     async def _count_release(self, k: bytes, o: bytes) -> Released | None:
         counting = self._sql.counting
         if counting is None:
             return None
         statement = counting.release
-        rows = await self._run("release_lease", True, statement.sql, (k, o))
+        rows = await self._fall_through("release_lease", statement.sql, (k, o))
         return statement.decode(rows[0]) if rows else None
 
     async def _count_renew(self, k: bytes, o: bytes, ttl: int) -> Grant | None:
@@ -109,7 +127,7 @@ class SqlCounting(CoalescedCalls):
         if counting is None:
             return None
         statement = counting.renew
-        rows = await self._run("renew_lease", True, statement.sql, (k, o, ttl))
+        rows = await self._fall_through("renew_lease", statement.sql, (k, o, ttl))
         return _grant_of(statement.decode(rows[0]), o) if rows else None
 
     async def _count_transfer(
@@ -121,7 +139,11 @@ class SqlCounting(CoalescedCalls):
                 self._counting()  # raises: no metadata on this backend
             return None
         statement = counting.transfer
-        rows = await self._run("transfer_lease", True, statement.sql, (*args, data, is_str))
+        sql, values = statement.sql, (*args, data, is_str)
+        if data is None:  # a plain transfer's miss
+            rows = await self._fall_through("transfer_lease", sql, values)
+        else:  # metadata asked for: a table before 0009 is an error
+            rows = await self._run("transfer_lease", True, sql, values)
         return _grant_of(statement.decode(rows[0]), args[2]) if rows else None
 
     async def acquire_leases(

@@ -57,6 +57,37 @@ def test_leases_from_before_0009_keep_working_after_it(
     assert migrate.current(url) == "0006"
 
 
+@pytest.mark.parametrize("kind", ["postgresql", "sqlite", "mariadb"])
+def test_plain_calls_that_miss_answer_a_miss_on_a_table_before_0009(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    """A miss asks for a counting grant too; on 0006 that statement meets no columns (a rolling
+    upgrade: new code, old schema), and the miss stands instead of a schema error."""
+    url = _urls(request, tmp_path, kind)
+    migrate.upgrade(url, "0006")
+
+    async def misses() -> None:
+        async with SqlLeaseProvider.from_url(url) as p:
+            assert (await p.acquire_lease("k", "a", 60_000)).acquired
+            await p.release_lease("k", "b")  # not b's: nothing happens
+            assert not await p.renew_lease("k", "b", 60_000)
+            assert not await p.transfer_lease("k", "b", "c", 60_000)
+            assert await p.release("k", "b") is None
+            assert await p.renew("k", "b", 60_000) is None
+            assert [
+                r is not None for r in await p.renew_many([("k", "a"), ("k", "b")], 60_000)
+            ] == [
+                True,
+                False,
+            ]
+            assert await p.get_lease_owner("k") == "a"
+            await p.release_lease("k", "a")
+            assert not await p.renew_lease("k", "a", 60_000)  # released: a miss, no error
+
+    asyncio.run(misses())
+    assert migrate.current(url) == "0006"
+
+
 @pytest.mark.parametrize("dialect", ["postgresql", "sqlite", "mariadb"])
 def test_offline_sql_of_0009_adds_and_drops_the_columns(dialect: str) -> None:
     url = {
