@@ -110,9 +110,10 @@ class SqlCounting(CoalescedCalls):
         """A plain write's miss asking for the owner's grant of a counting row; none on a
         table before 0009, whose missing columns fail the statement (nothing was applied)."""
         try:
-            return await self._run(call, True, sql, args)
+            rows: list[Any] = await self._run(call, True, sql, args)
         except LeaseSchemaError:
             return []
+        return rows
 
     async def _count_release(self, k: bytes, o: bytes) -> Released | None:
         counting = self._sql.counting
