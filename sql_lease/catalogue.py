@@ -34,6 +34,8 @@ __all__ = [
     "Catalogue",
     "CountRow",
     "CountingStatements",
+    "DistributedCall",
+    "DistributedCalls",
     "LeaseRow",
     "LeaseState",
     "Row",
@@ -85,6 +87,29 @@ class ServerCall(NamedTuple):
     functions: tuple[str, ...]
     arguments: tuple[str, ...]
     call: str
+
+
+class DistributedCall(NamedTuple):
+    """A statement as a distributed PostgreSQL (Citus) takes it: ``call``, a call its
+    coordinator delegates to the key's worker (``$n``: the statement's arguments; those at
+    ``arrays`` go as text). Over many keys, ``worker_call`` takes one worker's share: an anchor
+    key (``$1``) then the arguments at ``worker_args``; ``spread``: the parallel arrays (a key
+    array's index first)."""
+
+    call: str
+    arrays: tuple[int, ...] = ()
+    worker_call: str | None = None
+    worker_args: tuple[int, ...] = ()
+    spread: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedCalls:
+    """A table's `DistributedCall`s by statement text, sent once it is found distributed."""
+
+    schema: str
+    table: str
+    calls: Mapping[str, DistributedCall]
 
 
 class AcquireRow(NamedTuple):
@@ -364,7 +389,8 @@ class Catalogue:
     run their one-row statements in one ``transaction`` instead, its statement texts).
     ``server_calls``: by statement text, the call of server-side functions a pooler mode sends
     instead (PostgreSQL's, once the table's schema is known; empty elsewhere): data of the
-    catalogue, so each provider reads its own table's.
+    catalogue, so each provider reads its own table's. ``distributed``: likewise, the calls a
+    Citus coordinator takes instead (`DistributedCalls`; None elsewhere).
     """
 
     dialect: str
@@ -391,3 +417,4 @@ class Catalogue:
     transaction: Transaction | None = None
     counting: CountingStatements | None = None
     server_calls: Mapping[str, ServerCall] = field(default_factory=dict)
+    distributed: DistributedCalls | None = None
