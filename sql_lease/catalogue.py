@@ -90,11 +90,9 @@ class ServerCall(NamedTuple):
 
 
 class DistributedCall(NamedTuple):
-    """A statement as a distributed PostgreSQL (Citus) takes it: ``call``, a call its
-    coordinator delegates to the key's worker (``$n``: the statement's arguments; those at
-    ``arrays`` go as text). Over many keys, ``worker_call`` takes one worker's share: an anchor
-    key (``$1``) then the arguments at ``worker_args``; ``spread``: the parallel arrays (a key
-    array's index first)."""
+    """A statement as Citus takes it: ``call`` (``$n``: its arguments; ``arrays`` go as text).
+    Over many keys, ``worker_call`` takes one worker's share: an anchor key (``$1``), then the
+    arguments at ``worker_args``; ``spread``: the parallel arrays (a key array first)."""
 
     call: str
     arrays: tuple[int, ...] = ()
@@ -105,11 +103,14 @@ class DistributedCall(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DistributedCalls:
-    """A table's `DistributedCall`s by statement text, sent once it is found distributed."""
+    """A table's `DistributedCall`s by text, sent once it is found distributed; ``unanswered``:
+    texts that find no row there (unsent); ``refused``: refused there."""
 
     schema: str
     table: str
     calls: Mapping[str, DistributedCall]
+    unanswered: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
 
 
 class AcquireRow(NamedTuple):
@@ -389,8 +390,7 @@ class Catalogue:
     run their one-row statements in one ``transaction`` instead, its statement texts).
     ``server_calls``: by statement text, the call of server-side functions a pooler mode sends
     instead (PostgreSQL's, once the table's schema is known; empty elsewhere): data of the
-    catalogue, so each provider reads its own table's. ``distributed``: likewise, the calls a
-    Citus coordinator takes instead (`DistributedCalls`; None elsewhere).
+    catalogue, so each provider reads its own table's; ``distributed``, Citus's (or None).
     """
 
     dialect: str

@@ -241,9 +241,16 @@ class SyncExecution(Protocol):
         ...
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
-        """The sync provider's executor borrowing connections from a caller's ``engine``."""
+        """The sync provider's executor borrowing connections from a caller's ``engine``
+        (``catalogue``: the provider's, whose data it may read: PostgreSQL's Citus calls)."""
         ...
 
     def sync_listener(

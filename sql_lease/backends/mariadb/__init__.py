@@ -170,7 +170,13 @@ class MariadbBackend:
         return MariadbExecutor(source, where=where, table=table)
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         _driver()
         from .sync import EngineSource, MariadbExecutor

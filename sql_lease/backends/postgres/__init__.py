@@ -213,11 +213,17 @@ class PostgresBackend:
         )
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         from .sync_connect import engine_executor
 
-        return engine_executor(engine, table, where=where, timeout=timeout)
+        return engine_executor(engine, table, where=where, timeout=timeout, catalogue=catalogue)
 
     def sync_listener(
         self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink

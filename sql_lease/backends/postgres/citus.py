@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Iterable
 from time import monotonic
 from typing import Any, Final, cast
 
@@ -35,10 +36,21 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import await_only
 
 from ...catalogue import Catalogue, DistributedCall
+from ...errors import LeaseValueError
 from .. import CatalogueNow, Fetch
 from .shards import SHARDS_SQL, ShardMap
 
-__all__ = ["DETECT_SQL", "DISTRIBUTED_SQL", "REFRESH_S", "Detected", "fetch_for", "polls", "watch"]
+__all__ = [
+    "DETECT_SQL",
+    "DISTRIBUTED_SQL",
+    "REFRESH_S",
+    "SHARDS_SQL",
+    "Detected",
+    "Sent",
+    "fetch_for",
+    "polls",
+    "watch",
+]
 
 logger = logging.getLogger("sql_lease")
 
@@ -79,22 +91,35 @@ class Detected:
         """Ask ``conn``'s database (once per provider)."""
         citus = bool(await conn.fetchval(DETECT_SQL))
         if citus:
-            self.tables = frozenset((s, t) for s, t in await conn.fetch(DISTRIBUTED_SQL))
-            await self.read_shards(conn)
-            logger.info(
-                "sql_lease: Citus detected: the statements of its distributed lease tables go"
-                " as calls of the functions of migrations 0008 and 0010 (run on the worker"
-                " holding each key)"
-            )
+            self.learn(await conn.fetch(DISTRIBUTED_SQL), await conn.fetch(SHARDS_SQL))
         self.citus = citus
 
     async def read_shards(self, conn: asyncpg.Connection) -> None:
-        """Read the shards of the hash-distributed tables and their workers."""
+        """Read the shards' placements again."""
+        self.learn_shards(await conn.fetch(SHARDS_SQL))
+
+    def learn(self, tables: Iterable[Any], shards: Iterable[Any]) -> None:
+        """The database is Citus: the rows of `DISTRIBUTED_SQL` and `SHARDS_SQL`."""
+        self.tables = frozenset((s, t) for s, t in tables)
+        self.learn_shards(shards)
+        logger.info(
+            "sql_lease: Citus detected: the statements of its distributed lease tables go as"
+            " calls of the functions of migrations 0008 and 0010 (run on the worker holding"
+            " each key)"
+        )
+
+    def learn_shards(self, rows: Iterable[Any]) -> None:
+        """The rows of `SHARDS_SQL`: each hash-distributed table's shards and workers."""
         found: dict[Table, list[tuple[int, int, int]]] = {}
-        for schema, table, low, high, group in await conn.fetch(SHARDS_SQL):
+        for schema, table, low, high, group in rows:
             found.setdefault((schema, table), []).append((low, high, group))
         self.shards = {table: ShardMap(shards) for table, shards in found.items()}
         self.read_at = monotonic()
+
+    def stale(self, args: tuple[Any, ...]) -> bool:
+        """Whether the placements should be read again before a statement with ``args``
+        (one over many keys, `REFRESH_S` after they were read)."""
+        return bool(args) and isinstance(args[0], list) and monotonic() - self.read_at > REFRESH_S
 
     def call_for(self, catalogue: Catalogue, sql: str) -> str:
         """What goes to the coordinator for catalogue statement ``sql``: the call of its
@@ -109,30 +134,55 @@ class Detected:
             return None
         return calls.calls.get(sql)
 
-    async def send(
-        self, fetch: Fetch, catalogue: Catalogue, sql: str, args: tuple[Any, ...]
-    ) -> list[Any]:
-        """Run ``sql`` with ``args`` through ``fetch`` as Citus takes it (`call_for`; a
-        statement over many keys as one call per worker; array arguments as their text)."""
+    def plan(self, catalogue: Catalogue, sql: str, args: tuple[Any, ...]) -> list[Sent]:
+        """The statements that run ``sql`` with ``args`` as Citus takes it (`call_for`; a
+        statement over many keys as one call per worker; array arguments as their text):
+        their rows together are ``sql``'s."""
         found = self._found(catalogue, sql)
         if found is None:
-            return await fetch(sql, *args)
+            calls = catalogue.distributed
+            if calls is None or (calls.schema, calls.table) not in self.tables:
+                return [(sql, args)]
+            if sql in calls.unanswered:
+                return []  # a counting grant's statement: no counting row on Citus
+            if sql in calls.refused:
+                raise LeaseValueError(
+                    "counting leases, metadata and all-or-none calls are not available on"
+                    " Citus yet (migration 0009's statements are not Citus-safe); plain"
+                    " leases are"
+                )
+            return [(sql, args)]
         if found.worker_call is not None:
             calls = catalogue.distributed
             assert calls is not None  # `_found` found it there
             shards = self.shards.get((calls.schema, calls.table))
             if shards is not None:
-                return await _per_worker(fetch, found, shards, args)
+                return _per_worker(found, shards, args)
         if found.arrays:
             args = tuple(_array_text(a) if n in found.arrays else a for n, a in enumerate(args))
-        return await fetch(found.call, *args)
+        return [(found.call, args)]
+
+    async def send(
+        self, fetch: Fetch, catalogue: Catalogue, sql: str, args: tuple[Any, ...]
+    ) -> list[Any]:
+        """Run ``sql`` with ``args`` through ``fetch`` as `plan` says."""
+        planned = self.plan(catalogue, sql, args)
+        if len(planned) == 1:
+            text, sent = planned[0]
+            return await fetch(text, *sent)
+        rows: list[Any] = []
+        for text, sent in planned:
+            rows.extend(await fetch(text, *sent))
+        return rows
 
 
-async def _per_worker(
-    fetch: Fetch, found: DistributedCall, shards: ShardMap, args: tuple[Any, ...]
-) -> list[Any]:
+#: A statement to send: its text and arguments.
+Sent = tuple[str, tuple[Any, ...]]
+
+
+def _per_worker(found: DistributedCall, shards: ShardMap, args: tuple[Any, ...]) -> list[Sent]:
     """One delegated call per worker holding some of the keys (its keys' share of every
-    array; the anchor, its first key), their rows together."""
+    array; the anchor, its first key)."""
     assert found.worker_call is not None
     shares: dict[int | None, dict[int, list[int]]] = {}
     for group in found.spread:
@@ -140,7 +190,7 @@ async def _per_worker(
         for i, key in enumerate(keys):
             worker = shards.group_of(bytes(key))
             shares.setdefault(worker, {}).setdefault(group[0], []).append(i)
-    rows: list[Any] = []
+    planned: list[Sent] = []
     for share in shares.values():
         part = list(args)
         anchor: bytes | None = None
@@ -154,8 +204,8 @@ async def _per_worker(
             _array_text(part[n]) if isinstance(part[n], list) else part[n]
             for n in found.worker_args
         ]
-        rows.extend(await fetch(found.worker_call, *sent))
-    return rows
+        planned.append((found.worker_call, tuple(sent)))
+    return planned
 
 
 def _array_text(values: list[Any]) -> str:
@@ -177,7 +227,7 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected, catalogue: Catal
         send = detected.send
 
         async def citus_fetch(sql: str, *args: Any) -> list[Any]:
-            if args and monotonic() - detected.read_at > REFRESH_S and _many(args):
+            if detected.stale(args):
                 await detected.read_shards(conn)
             return await send(plain, catalogue(), sql, args)
 
@@ -194,11 +244,6 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected, catalogue: Catal
         return await plain(sql, *args)
 
     return asking_fetch
-
-
-def _many(args: tuple[Any, ...]) -> bool:
-    """Whether a statement's arguments carry an array (a call over many keys)."""
-    return isinstance(args[0], list)
 
 
 #: The answer of each pool a provider runs on (`polls`).

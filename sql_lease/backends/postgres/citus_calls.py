@@ -12,6 +12,12 @@ by the process). By statement text:
   delegated call (`DistributedCall.worker_call`: 0010's ``worker_writes``, ``worker_read`` and
   ``worker_renew_many``), which the provider sends once per worker (`shards`).
 
+Counting leases, metadata and all-or-none calls (migration 0009) have no Citus-safe functions
+yet: their writes are refused (``refused``: the provider raises a clear error before sending),
+so a distributed table holds no counting row, and the counting statements a plain lease's miss
+path sends (release, renew, transfer of a grant) are answered with no row without being sent
+(``unanswered``). Their reads (``holders``) go as they are.
+
 An array argument goes as the text of the array, cast on the server: asyncpg looks an array
 type up in the catalogue once per connection, a query that takes about a second in a Citus
 database (its many catalogue relations), which a first renewal cannot wait for.
@@ -78,7 +84,18 @@ def distributed_calls(cat: Catalogue, table_name: str, where: str) -> Distribute
         kinds = tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
         text = batches.writes(kinds).sql
         found[text] = _writes(found[text], fn("worker_writes"), kinds)
-    return DistributedCalls(where, table_name, found)
+    counting = cat.counting
+    unanswered: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
+    if counting is not None:
+        unanswered = frozenset(s.sql for s in (counting.release, counting.renew, counting.transfer))
+        writes: list[str] = [counting.acquire.sql]
+        for n in (1, 2):
+            writes += [counting.acquire_all(n).sql, counting.release_all(n).sql]
+            if counting.ensure is not None:
+                writes.append(counting.ensure(n).sql)
+        refused = frozenset(writes)
+    return DistributedCalls(where, table_name, found, unanswered, refused)
 
 
 def _writes(call: DistributedCall, name: str, kinds: tuple[int, ...]) -> DistributedCall:

@@ -148,7 +148,13 @@ class SqliteBackend:
         return SqliteExecutor(source, where=where, table=table)
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         from .sync import EngineSqliteSource, SqliteExecutor, pragmas
 
