@@ -15,8 +15,11 @@ a local shard: one round trip from the coordinator, a one-node commit. A key who
 since the provider read the placements is still served correctly (the worker reaches its shard
 over the network, as a delegated call may); only slower, until the provider reads them again.
 
-- ``<table>_worker_writes(anchor, the four kinds' arrays in `WRITE_KINDS` order)``: each
-  kind's calls through 0008's one-key functions, rows as 0006's write batches (kind, key, ...);
+- ``<table>_worker_writes(anchor, the four kinds' arrays in `WRITE_KINDS` order, lock wait)``:
+  each kind's calls through 0008's one-key functions, rows as 0006's write batches (kind, key,
+  ...), no row lock awaited longer than the lock wait (ms: ``lock_timeout`` for its
+  transaction, as 0006's batches), so two batches in flight never wait for each other until a
+  deadlock is detected;
 - ``<table>_worker_read(anchor, keys)``: the live rows of ``keys`` (0006's read batch);
 - ``<table>_worker_renew_many(anchor, keys, owners, ttl_ms)``: 0008's ``renew_many``.
 
@@ -64,7 +67,7 @@ def _arguments() -> dict[str, tuple[str, ...]]:
     """Each function's arguments as their array types (each goes as its text: `_signature`)."""
     writes = tuple(t for _, arrays, _ in _KINDS for t in arrays)
     return {
-        "worker_writes": ("bytea", *writes),
+        "worker_writes": ("bytea", *writes, "integer"),
         "worker_read": ("bytea", "bytea[]"),
         "worker_renew_many": ("bytea", "bytea[]", "bytea[]", "bigint"),
     }
@@ -137,7 +140,11 @@ def _writes_body(fn: dict[str, str]) -> str:
             "  END LOOP;"
         )
         first += len(arrays)
-    return "\n".join(loops)
+    # The batch's lock wait (ms; 0006's batches take it as their last argument): a batch
+    # waits that long at most for a row lock, then fails whole and its calls run alone.
+    wait = f"${first}"
+    head = f"  PERFORM pg_catalog.set_config('lock_timeout', {wait}::text, true);"
+    return f"  IF {wait} IS NOT NULL THEN\n{head}\n  END IF;\n" + "\n".join(loops)
 
 
 def upgrade() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import weakref
 
+import pytest
+
 from sql_lease.backends.postgres import citus
 from sql_lease.backends.postgres.catalogue import build_catalogue
 from sql_lease.backends.postgres.shards import ShardMap, hash_bytes
@@ -209,8 +211,8 @@ async def test_a_write_batch_goes_as_one_call_per_worker() -> None:
     shares = []
     for sql, sent_args in sent:
         assert sql.startswith('SELECT * FROM "public"."leases_worker_writes"($1, ')
-        anchor, *arrays = sent_args
-        assert len(arrays) == 5  # renew's three, release's two; the lock wait stays behind
+        anchor, *arrays, wait = sent_args
+        assert len(arrays) == 5 and wait == 100  # renew's three, release's two; the lock wait
         shares.append((anchor, arrays))
     for anchor, arrays in shares:
         worker = SHARDS.group_of(_bytes(anchor))
@@ -266,3 +268,63 @@ def _unhex(text: object) -> list[bytes]:
     """The keys of an array's text as `citus` writes it ({"\\\\x6b",...})."""
     assert isinstance(text, str) and text[0] == "{" and text[-1] == "}"
     return [bytes.fromhex(item.strip('"')[3:]) for item in text[1:-1].split(",") if item]
+
+
+def test_pooler_mode_switches_to_citus_calls_when_a_plain_statement_is_refused() -> None:
+    """Pooler mode sends 0006's calls; a statement that has none goes plain until Citus
+    refuses one (``feature_not_supported``, before anything ran), then as 0008's call."""
+    import psycopg
+
+    from sql_lease.backends.postgres.pooler_text import PoolerStatements
+
+    cat = build_catalogue("leases", "public")
+    statements = PoolerStatements(10.0, lambda: cat)
+    many = cat.renew_many(2).sql
+    assert statements.call_for(many) is None  # plain PostgreSQL: the plain statement
+    assert statements.call_for(cat.acquire.sql) is not None  # 0006's function
+    refused = psycopg.errors.FeatureNotSupported("must not be VOLATILE")
+    assert not statements.to_citus(cat.acquire.sql, refused)  # it had a call already
+    assert not statements.to_citus(many, psycopg.errors.UndefinedFunction("no"))
+    assert not statements.fall_back(many, refused)  # not a missing function
+    assert statements.to_citus(many, refused)
+    call = statements.call_for(many)
+    assert call is not None and '"public"."leases_renew_many"(' in call
+    force = statements.call_for(cat.force_release.sql)
+    assert force == 'SELECT * FROM "public"."leases_force_release"($1)'
+    assert not statements.to_citus(many, refused)  # once
+
+
+async def test_a_failure_after_a_worker_s_call_ran_is_never_sent_again() -> None:
+    """A batch sent as two calls whose second fails (a deadlock, say) after the first ran and
+    committed: `PartlyApplied`, an unknown outcome, never a conflict to run again (which would
+    apply the first worker's calls twice); a failure of the first call is the statement's."""
+    import asyncpg
+
+    from sql_lease._core.failures import Failure
+    from sql_lease.backends.postgres.errors import PartlyApplied, classify, translate
+
+    cat = build_catalogue("leases", "public")
+    assert cat.batches is not None
+    detected = _detected(TABLE)
+    detected.shards = {TABLE: SHARDS}
+    keys = _keys_of(1, SHARDS, 1) + _keys_of(2, SHARDS, 1)
+    calls = 0
+
+    async def fetch(sql: str, *args: object) -> list[object]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise asyncpg.DeadlockDetectedError("deadlock detected")
+        return []
+
+    args = (keys, [b"o", b"o"], [10, 10], 100)
+    with pytest.raises(PartlyApplied) as info:
+        await detected.send(fetch, cat, cat.batches.writes((0,)).sql, args)
+    cause = info.value.__cause__
+    assert cause is not None and classify(cause) is Failure.CONFLICT  # alone: sent again
+    assert classify(info.value) is Failure.UNKNOWN
+    error = translate(info.value, operation="acquire_lease", where="db", sent=True, table="t")
+    assert error.outcome_unknown
+    calls = 1  # the first call fails: the statement's own error
+    with pytest.raises(asyncpg.DeadlockDetectedError):
+        await detected.send(fetch, cat, cat.batches.writes((0,)).sql, args)

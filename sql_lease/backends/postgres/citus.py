@@ -38,6 +38,7 @@ from sqlalchemy.util import await_only
 from ...catalogue import Catalogue, DistributedCall
 from ...errors import LeaseValueError
 from .. import CatalogueNow, Fetch
+from .errors import PartlyApplied
 from .shards import SHARDS_SQL, ShardMap
 
 __all__ = [
@@ -171,8 +172,13 @@ class Detected:
             text, sent = planned[0]
             return await fetch(text, *sent)
         rows: list[Any] = []
-        for text, sent in planned:
-            rows.extend(await fetch(text, *sent))
+        for n, (text, sent) in enumerate(planned):
+            try:
+                rows.extend(await fetch(text, *sent))
+            except Exception as exc:
+                if n == 0:
+                    raise  # nothing ran: as the statement's own failure
+                raise PartlyApplied(n, len(planned)) from exc
         return rows
 
 

@@ -115,8 +115,12 @@ def _writes(call: DistributedCall, name: str, kinds: tuple[int, ...]) -> Distrib
             worker_args.append(index)
             slots.append((f"${len(worker_args) + 1}", t))
         before += len(arrays)
+    worker_args.append(before)  # the lock wait, after the arrays
+    wait = f"${len(worker_args) + 1}"
     return call._replace(
-        worker_call=_worker(name, slots), worker_args=tuple(worker_args), spread=tuple(spread)
+        worker_call=_worker(name, slots, wait),
+        worker_args=tuple(worker_args),
+        spread=tuple(spread),
     )
 
 

@@ -18,6 +18,7 @@ from psycopg.pq import ExecStatus
 
 from ...catalogue import Catalogue
 from .citus import DETECT_SQL, DISTRIBUTED_SQL, SHARDS_SQL, Detected
+from .errors import PartlyApplied
 
 __all__ = ["SyncCitus"]
 
@@ -41,8 +42,14 @@ class SyncCitus:
         if detected.stale(args):
             detected.learn_shards(_fetch(cur, SHARDS_SQL))
         rows: list[Any] = []
-        for text, sent in detected.plan(self._catalogue(), sql, args):
-            rows.extend(_rows(cur, text, sent))
+        planned = detected.plan(self._catalogue(), sql, args)
+        for n, (text, sent) in enumerate(planned):
+            try:
+                rows.extend(_rows(cur, text, sent))
+            except Exception as exc:
+                if n == 0:
+                    raise
+                raise PartlyApplied(n, len(planned)) from exc
         return rows
 
 
