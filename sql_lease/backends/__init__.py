@@ -210,6 +210,14 @@ class AsyncExecution(Protocol):
         """A notification channel feeding ``sink``, or None when the database has none."""
         ...
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        """How a batch of calls on ``keys`` splits into statements the database takes in one
+        go (the indexes of ``keys``, by group), or None: one statement (most backends; on
+        Citus, one per worker holding some of the keys)."""
+        ...
+
 
 class SyncExecution(Protocol):
     """How `sql_lease.sync` runs statements on this database, and listens."""

@@ -5,6 +5,7 @@ statement over many keys goes as one call per worker."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import weakref
 
@@ -328,3 +329,50 @@ async def test_a_failure_after_a_worker_s_call_ran_is_never_sent_again() -> None
     calls = 1  # the first call fails: the statement's own error
     with pytest.raises(asyncpg.DeadlockDetectedError):
         await detected.send(fetch, cat, cat.batches.writes((0,)).sql, args)
+
+
+async def test_a_batch_goes_as_one_statement_per_group_each_answering_its_own_callers() -> None:
+    """The batch senders split a batch by `Backend.key_groups` (Citus: by worker): each group
+    is a statement of its own (sent at once), its callers get its rows or its error, in the
+    batch's order; one write per key per batch holds in every group (a subset of the batch)."""
+    from types import SimpleNamespace
+
+    from sql_lease._sqlprovider.batch_senders import CoalescedCalls
+    from sql_lease._sqlprovider.coalescer import Waiter
+
+    cat = build_catalogue("leases", "public")
+    detected_groups = SHARDS.split
+
+    class Backend:
+        def key_groups(self, pool: object, catalogue: object, keys: list[bytes]) -> object:
+            assert catalogue is cat
+            return detected_groups(keys)
+
+    fake = SimpleNamespace(
+        _backend=Backend(),
+        _engine=SimpleNamespace(sync_engine=SimpleNamespace(pool=None)),
+        _sql=cat,
+    )
+    one, two = _keys_of(1, SHARDS, 3), _keys_of(2, SHARDS, 2)
+    keys = [one[0], two[0], one[1], two[1], one[2]]
+    loop = asyncio.get_running_loop()
+    batch = [Waiter(k, (k,), 0.0, loop.create_future()) for k in keys]
+    sent: list[list[bytes]] = []
+
+    async def send(part: list[Waiter], seconds: float) -> list[object]:
+        sent.append([w.key for w in part])
+        if SHARDS.group_of(part[0].key) == 2:
+            return [ValueError(w.key) for w in part]  # this group's statement failed
+        return [[(w.key,)] for w in part]
+
+    grouped = CoalescedCalls._grouped(fake, send)  # type: ignore[arg-type]
+    results = await grouped(batch, 5.0)
+    assert sorted(map(sorted, sent)) == sorted([sorted(one), sorted(two)])
+    for key, result in zip(keys, results, strict=True):
+        if SHARDS.group_of(key) == 2:
+            assert isinstance(result, ValueError) and result.args == (key,)
+        else:
+            assert result == [(key,)]
+    sent.clear()
+    assert await grouped(batch[:1], 5.0) == [[(keys[0],)]]  # one call: no grouping asked
+    assert sent == [[keys[0]]]

@@ -183,6 +183,11 @@ class PostgresBackend:
             return None
         return Listener(pool, channel, timeout, sink)
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        return citus.key_groups(pool, catalogue, keys)
+
     def sync_url_executor(
         self,
         url: URL,

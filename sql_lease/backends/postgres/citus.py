@@ -49,6 +49,7 @@ __all__ = [
     "Detected",
     "Sent",
     "fetch_for",
+    "key_groups",
     "polls",
     "watch",
 ]
@@ -269,6 +270,17 @@ def watch(engine: AsyncEngine, detected: Detected) -> None:
             logger.debug("could not tell whether the database is Citus: %s", exc)
 
     event.listen(engine.sync_engine, "first_connect", first_connect)
+
+
+def key_groups(pool: Pool, catalogue: Catalogue, keys: list[bytes]) -> list[list[int]] | None:
+    """On Citus, the indexes of ``keys`` by the worker holding them (their batch's calls go
+    as one statement per worker, each atomic on its own); None elsewhere."""
+    detected = _POOLS.get(pool)
+    calls = catalogue.distributed
+    if detected is None or not detected.tables or calls is None:
+        return None
+    shards = detected.shards.get((calls.schema, calls.table))
+    return None if shards is None else shards.split(keys)
 
 
 def polls(pool: Pool) -> bool:

@@ -121,6 +121,11 @@ class SqliteBackend:
     ) -> WakeupSource | None:
         return None
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        return None
+
     def sync_url_executor(
         self,
         url: URL,
