@@ -238,17 +238,18 @@ class CoalescedCalls(StatementRunner):
 
         return send
 
+    def _key_groups(self, keys: list[bytes]) -> list[list[int]] | None:
+        """The indexes of ``keys`` by the statement that takes them (`Backend.key_groups`),
+        or None: one statement for all."""
+        return self._backend.key_groups(self._engine.sync_engine.pool, self._sql, keys)
+
     def _grouped(self, send: Send) -> Send:
         """``send`` once per group of the batch's keys that the database takes in one
         statement (`Backend.key_groups`; Citus: per worker), the groups at once: each group's
         statement succeeds or fails on its own, its callers with it."""
-        backend = self._backend
 
         async def grouped(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
-            groups = None
-            if len(batch) > 1:
-                pool = self._engine.sync_engine.pool
-                groups = backend.key_groups(pool, self._sql, [w.key for w in batch])
+            groups = self._key_groups([w.key for w in batch]) if len(batch) > 1 else None
             if groups is None or len(groups) == 1:
                 return await send(batch, seconds)
             parts = await asyncio.gather(*(send([batch[i] for i in g], seconds) for g in groups))

@@ -340,19 +340,13 @@ async def test_a_batch_goes_as_one_statement_per_group_each_answering_its_own_ca
     from sql_lease._sqlprovider.batch_senders import CoalescedCalls
     from sql_lease._sqlprovider.coalescer import Waiter
 
-    cat = build_catalogue("leases", "public")
-    detected_groups = SHARDS.split
+    asked: list[list[bytes]] = []
 
-    class Backend:
-        def key_groups(self, pool: object, catalogue: object, keys: list[bytes]) -> object:
-            assert catalogue is cat
-            return detected_groups(keys)
+    def key_groups(keys: list[bytes]) -> list[list[int]]:
+        asked.append(keys)
+        return SHARDS.split(keys)
 
-    fake = SimpleNamespace(
-        _backend=Backend(),
-        _engine=SimpleNamespace(sync_engine=SimpleNamespace(pool=None)),
-        _sql=cat,
-    )
+    fake = SimpleNamespace(_key_groups=key_groups)
     one, two = _keys_of(1, SHARDS, 3), _keys_of(2, SHARDS, 2)
     keys = [one[0], two[0], one[1], two[1], one[2]]
     loop = asyncio.get_running_loop()
@@ -376,3 +370,4 @@ async def test_a_batch_goes_as_one_statement_per_group_each_answering_its_own_ca
     sent.clear()
     assert await grouped(batch[:1], 5.0) == [[(keys[0],)]]  # one call: no grouping asked
     assert sent == [[keys[0]]]
+    assert asked == [keys]
