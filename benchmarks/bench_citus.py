@@ -7,11 +7,11 @@ Needs a running Citus cluster (``../shared/citus/cluster.sh start DIR 57001``: c
 ``--citus-url``, workers ``--workers``, all on this machine) and the plain server
 (``--pg-url``). Each target gets a scratch database (on Citus: on every node, ``CREATE
 EXTENSION citus``, the workers registered), migrated with `sql_lease.migrate` (on Citus that
-distributes ``leases`` by key, migration 0008), dropped at the end.
+distributes ``leases`` by key, migrations 0008 and 0010), dropped at the end.
 
 Targets: ``postgresql`` (plain, the library's defaults), ``citus`` (the defaults: lone calls
-delegated to the key's worker, coalesced batches through the batch functions on the
-coordinator), ``citus-alone`` (``coalesce=False``: every call delegated on its own). Cells:
+delegated to the key's worker, coalesced batches as one delegated call per worker, migration
+0010), ``citus-alone`` (``coalesce=False``: every call delegated on its own). Cells:
 ``lifecycle`` (acquire, renew, transfer, release of each caller's own keys, `_workloads`) and
 ``read`` (``get_lease_owner`` of held keys) at 1, 16 and 64 callers. Server CPU per operation:
 the CPU time (``/proc/<pid>/schedstat``) of the backends of the scratch database on each node

@@ -34,6 +34,8 @@ __all__ = [
     "Catalogue",
     "CountRow",
     "CountingStatements",
+    "DistributedCall",
+    "DistributedCalls",
     "LeaseRow",
     "LeaseState",
     "Row",
@@ -85,6 +87,30 @@ class ServerCall(NamedTuple):
     functions: tuple[str, ...]
     arguments: tuple[str, ...]
     call: str
+
+
+class DistributedCall(NamedTuple):
+    """A statement as Citus takes it: ``call`` (``$n``: its arguments; ``arrays`` go as text).
+    Over many keys, ``worker_call`` takes one worker's share: an anchor key (``$1``), then the
+    arguments at ``worker_args``; ``spread``: the parallel arrays (a key array first)."""
+
+    call: str
+    arrays: tuple[int, ...] = ()
+    worker_call: str | None = None
+    worker_args: tuple[int, ...] = ()
+    spread: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DistributedCalls:
+    """A table's `DistributedCall`s by text, sent once it is found distributed; ``unanswered``:
+    texts that find no row there (unsent); ``refused``: refused there."""
+
+    schema: str
+    table: str
+    calls: Mapping[str, DistributedCall]
+    unanswered: frozenset[str] = frozenset()
+    refused: frozenset[str] = frozenset()
 
 
 class AcquireRow(NamedTuple):
@@ -364,7 +390,7 @@ class Catalogue:
     run their one-row statements in one ``transaction`` instead, its statement texts).
     ``server_calls``: by statement text, the call of server-side functions a pooler mode sends
     instead (PostgreSQL's, once the table's schema is known; empty elsewhere): data of the
-    catalogue, so each provider reads its own table's.
+    catalogue, so each provider reads its own table's; ``distributed``, Citus's (or None).
     """
 
     dialect: str
@@ -391,3 +417,4 @@ class Catalogue:
     transaction: Transaction | None = None
     counting: CountingStatements | None = None
     server_calls: Mapping[str, ServerCall] = field(default_factory=dict)
+    distributed: DistributedCalls | None = None

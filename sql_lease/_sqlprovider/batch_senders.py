@@ -88,7 +88,7 @@ class CoalescedCalls(StatementRunner):
                 _transaction(sql), True, tuple(s.sql for s in writes), WRITE_OPERATIONS
             )
         else:
-            send = self._writes_sender(batches, tuple(s.columns for s in writes))
+            send = self._grouped(self._writes_sender(batches, tuple(s.columns for s in writes)))
         write_limit = limit if alone else max(WRITES_IN_FLIGHT, writes_in_flight)
         shared = Coalescer(
             send,
@@ -109,7 +109,9 @@ class CoalescedCalls(StatementRunner):
                 _transaction(sql), False, tuple(r.sql for r in reads), READ_OPERATIONS
             )
         else:
-            send = self._reads_sender(batches.read.sql, tuple(len(r.columns) for r in reads))
+            send = self._grouped(
+                self._reads_sender(batches.read.sql, tuple(len(r.columns) for r in reads))
+            )
         coalescer = Coalescer(send, limit=limit, single=single, shared_keys=True, kinds=len(reads))
         self._owner_reads, self._lease_reads, self._holder_reads = (
             Lane(coalescer, kind) for kind in range(len(reads))
@@ -240,6 +242,29 @@ class CoalescedCalls(StatementRunner):
             return _for_each(error, batch, WRITE_OPERATIONS)
 
         return send
+
+    def _key_groups(self, keys: list[bytes]) -> list[list[int]] | None:
+        """The indexes of ``keys`` by the statement that takes them (`Backend.key_groups`),
+        or None: one statement for all."""
+        return self._backend.key_groups(self._engine.sync_engine.pool, self._sql, keys)
+
+    def _grouped(self, send: Send) -> Send:
+        """``send`` once per group of the batch's keys that the database takes in one
+        statement (`Backend.key_groups`; Citus: per worker), the groups at once: each group's
+        statement succeeds or fails on its own, its callers with it."""
+
+        async def grouped(batch: list[Waiter], seconds: float) -> list[list[Row] | BaseException]:
+            groups = self._key_groups([w.key for w in batch]) if len(batch) > 1 else None
+            if groups is None or len(groups) == 1:
+                return await send(batch, seconds)
+            parts = await asyncio.gather(*(send([batch[i] for i in g], seconds) for g in groups))
+            results: list[list[Row] | BaseException] = [[] for _ in batch]
+            for group, part in zip(groups, parts, strict=True):
+                for i, result in zip(group, part, strict=True):
+                    results[i] = result
+            return results
+
+        return grouped
 
     def _reads_sender(self, sql: str, widths: tuple[int, ...]) -> Send:
         """Send queued reads (of `READ_OPERATIONS`) as one statement over their keys; split

@@ -4,6 +4,7 @@ the wake-up source of waiters."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from datetime import datetime
@@ -92,9 +93,18 @@ class SqlExtensions(SqlCounting):
             if self._closed:
                 raise self._closed_error("renew_leases")
             return []
-        rows: list[Any] = []
-        for sql, args in renew_chunks(self._sql, pairs, ttl):
-            rows += await self._run("renew_leases", True, sql, args)
+        groups = self._key_groups([k for k, _ in pairs]) if len(pairs) > 1 else None
+        if groups is None or len(groups) == 1:
+            rows = await self._renew_rows(pairs, ttl)
+        else:  # Citus: each worker's share at once, on connections of their own
+            shares = [[pairs[i] for i in group] for group in groups]
+            rows = [
+                r
+                for part in await asyncio.gather(
+                    *(self._renew_rows(share, ttl) for share in shares)
+                )
+                for r in part
+            ]
         renewed = renewed_in_order(self._sql, rows, pairs)
         if self._sql.counting is not None and None in renewed:
             grants: dict[tuple[bytes, bytes], Renewal | None] = {}
@@ -105,6 +115,12 @@ class SqlExtensions(SqlCounting):
                         grants[k, o] = None if got is None else Renewal(got.fence, got.expires_at)
                     renewed[n] = grants[k, o]
         return renewed
+
+    async def _renew_rows(self, pairs: list[tuple[bytes, bytes]], ttl: int) -> list[Any]:
+        rows: list[Any] = []
+        for sql, args in renew_chunks(self._sql, pairs, ttl):
+            rows += await self._run("renew_leases", True, sql, args)
+        return rows
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""

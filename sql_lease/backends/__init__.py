@@ -210,6 +210,14 @@ class AsyncExecution(Protocol):
         """A notification channel feeding ``sink``, or None when the database has none."""
         ...
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        """How a batch of calls on ``keys`` splits into statements the database takes in one
+        go (the indexes of ``keys``, by group), or None: one statement (most backends; on
+        Citus, one per worker holding some of the keys)."""
+        ...
+
 
 class SyncExecution(Protocol):
     """How `sql_lease.sync` runs statements on this database, and listens."""
@@ -241,9 +249,16 @@ class SyncExecution(Protocol):
         ...
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
-        """The sync provider's executor borrowing connections from a caller's ``engine``."""
+        """The sync provider's executor borrowing connections from a caller's ``engine``
+        (``catalogue``: the provider's, whose data it may read: PostgreSQL's Citus calls)."""
         ...
 
     def sync_listener(

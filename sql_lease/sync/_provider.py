@@ -78,7 +78,9 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         check_table(table_name, schema, backend)
         sql = backend.catalogue(table_name, schema)
         where = redact(engine.url)
-        executor = backend.sync_engine_executor(engine, sql.table, where=where, timeout=seconds)
+        executor = backend.sync_engine_executor(
+            engine, sql.table, where=where, timeout=seconds, catalogue=self._catalogue_now
+        )
         self._setup(executor, sql, (table_name, schema, seconds, watcher), engine, backend)
 
     @classmethod

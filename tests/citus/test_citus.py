@@ -68,6 +68,9 @@ def test_upgrade_distributes_leases_by_key(db: psycopg.Connection[tuple[Any, ...
         "leases_holder",
         "leases_force_release",
         "leases_want",
+        "leases_worker_writes",  # 0010: a batch's share of one worker, by an anchor key
+        "leases_worker_read",
+        "leases_worker_renew_many",
     }
     assert {(index, colocation) for _, index, colocation in functions} == {(0, row[2])}
     triggers = db.execute(

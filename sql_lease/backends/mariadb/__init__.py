@@ -144,6 +144,11 @@ class MariadbBackend:
     ) -> WakeupSource | None:
         return None
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        return None
+
     def sync_url_executor(
         self,
         url: URL,
@@ -170,7 +175,13 @@ class MariadbBackend:
         return MariadbExecutor(source, where=where, table=table)
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         _driver()
         from .sync import EngineSource, MariadbExecutor

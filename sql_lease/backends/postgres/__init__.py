@@ -10,7 +10,8 @@
   catalogue keeps (`Catalogue.server_calls`) and pooler mode sends instead of the hot
   statements;
 - `citus`: on a Citus database (detected once per provider), each statement sent as the call of
-  its function (migration 0008), run on the worker holding the key; waiters poll there;
+  its function (migrations 0008 and 0010; `citus_calls`: the calls, kept in the catalogue), run
+  on the worker holding the key; a batch as one call per worker (`shards`); waiters poll there;
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);
@@ -91,8 +92,8 @@ class PostgresBackend:
     home_sql: Final = HOME_SQL
 
     def catalogue(self, table_name: str, schema: str | None, home: str | None = None) -> Catalogue:
-        citus.register(table_name, schema, home)  # the calls sent to a Citus coordinator
-        return build_catalogue(table_name, schema, home)  # server_calls: pooler mode's calls
+        # server_calls: pooler mode's calls; distributed: those a Citus coordinator takes
+        return build_catalogue(table_name, schema, home)
 
     def classify(self, exc: BaseException) -> Failure:
         return errors.classify(exc)
@@ -122,7 +123,7 @@ class PostgresBackend:
 
         def adapt(fairy: PoolProxiedConnection, catalogue: CatalogueNow) -> Fetch:
             if isinstance(fairy.driver_connection, asyncpg.Connection):
-                return citus.fetch_for(fairy, detected)
+                return citus.fetch_for(fairy, detected, catalogue)
             if not psycopg_fetch:
                 from . import psycopg_driver  # psycopg: imported only on a psycopg engine
 
@@ -194,6 +195,11 @@ class PostgresBackend:
             return None
         return Listener(pool, channel, timeout, sink)
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        return citus.key_groups(pool, catalogue, keys)
+
     def sync_url_executor(
         self,
         url: URL,
@@ -224,11 +230,17 @@ class PostgresBackend:
         )
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         from .sync_connect import engine_executor
 
-        return engine_executor(engine, table, where=where, timeout=timeout)
+        return engine_executor(engine, table, where=where, timeout=timeout, catalogue=catalogue)
 
     def sync_listener(
         self, channel: str, connect_kwargs: dict[str, Any], sink: WakeupSink

@@ -46,6 +46,7 @@ from ...catalogue import (
 from ...schema import fence_sequence_name, notify_channel
 from .. import quote_ident
 from .batch import build_batches
+from .citus_calls import distributed_calls
 from .counting import build_counting
 from .functions import server_calls
 from .sqlnames import (
@@ -308,7 +309,11 @@ RETURNING owner, fence, expires_at
     )
     if where is None:
         return cat  # never sent: the provider finds the table's schema first
-    return replace(cat, server_calls=server_calls(cat, table_name, where))
+    return replace(
+        cat,
+        server_calls=server_calls(cat, table_name, where),
+        distributed=distributed_calls(cat, table_name, where),
+    )
 
 
 def _renew_many_args(pairs: list[tuple[bytes, bytes]], ttl: int) -> tuple[object, ...]:

@@ -7,10 +7,13 @@ a distributed table); the one-key functions are distributed with the key as thei
 ``SELECT * FROM f($1, ...)`` sent to the coordinator is delegated whole to the worker holding
 that key (one round trip from here, its statements local there). This module detects Citus once
 per provider (the first connection of a ``from_url`` engine; on a caller's engine, the first
-call of its first connection) and then sends, instead of each catalogue text, its call:
-0006's calls (`functions`, also pooler mode's) and the calls of 0008's own functions
-(``force_release``, ``want``, ``renew_many``, ``purge``) registered here. A coalesced batch
-goes to its batch function (which runs on the coordinator, one delegated call per key).
+call of its first connection) and then sends, instead of each catalogue text, its call, which
+the provider's own catalogue carries (`Catalogue.distributed`, built by `citus_calls`).
+A statement over many keys (a coalesced batch, ``renew_many``) goes as one delegated call per
+worker (migration 0010's functions), its keys split by the worker holding their shard
+(`shards`: the key's hash, computed here, and the placements read at detection and again
+every `REFRESH_S` seconds before such a call); without placements, as 0008's batch function
+(run on the coordinator, one delegated statement per key).
 Plain PostgreSQL is untouched: its connections get asyncpg's own ``fetch``, no wrapper.
 
 Waiting: a release runs on a worker, so its NOTIFY reaches that worker's listeners, not the
@@ -21,9 +24,9 @@ logs that once (INFO on ``sql_lease.wait``).
 from __future__ import annotations
 
 import logging
-import re
 import weakref
-from functools import cache
+from collections.abc import Iterable
+from time import monotonic
 from typing import Any, Final, cast
 
 import asyncpg
@@ -32,11 +35,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import await_only
 
-from ...catalogue import WRITE_KINDS
-from .. import Fetch
-from .catalogue import build_catalogue, quote_ident
+from ...catalogue import Catalogue, DistributedCall
+from ...errors import LeaseValueError
+from .. import CatalogueNow, Fetch
+from .errors import PartlyApplied
+from .shards import SHARDS_SQL, ShardMap
 
-__all__ = ["DETECT_SQL", "DISTRIBUTED_SQL", "Detected", "fetch_for", "polls", "register", "watch"]
+__all__ = [
+    "DETECT_SQL",
+    "DISTRIBUTED_SQL",
+    "REFRESH_S",
+    "SHARDS_SQL",
+    "Detected",
+    "Sent",
+    "fetch_for",
+    "key_groups",
+    "polls",
+    "watch",
+]
 
 logger = logging.getLogger("sql_lease")
 
@@ -53,114 +69,150 @@ DISTRIBUTED_SQL: Final = (
     " JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) p.logicalrelid"
     " JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace"
 )
-#: Catalogue statements with a function of migration 0008 only: attribute, function, arity.
-_EXTRA: Final = (
-    ("force_release", "force_release", 1),
-    ("want", "want", 2),
-    ("purge_batch", "purge", 2),
-)
+#: Seconds after which the shards' placements are read again (before the next call over many
+#: keys): a shard moved since costs a network hop inside the worker until then, nothing more.
+REFRESH_S: Final = 30.0
 
 Table = tuple[str, str]
-#: The array types of the functions' arguments, as a cast names them.
-_ARRAYS: Final = {"bytea[]": "pg_catalog.bytea[]", "bigint[]": "pg_catalog.int8[]"}
 
 
 class Detected:
     """One provider's answer: ``citus`` None until its first connection said whether the
-    database is Citus; ``tables``, the distributed tables (schema, name)."""
+    database is Citus; ``tables``, the distributed tables (schema, name); ``shards``, each hash-
+    distributed table's shards and the worker of each (read at `REFRESH_S` intervals)."""
 
-    __slots__ = ("__weakref__", "citus", "tables")
+    __slots__ = ("__weakref__", "citus", "read_at", "shards", "tables")
 
     def __init__(self) -> None:
         self.citus: bool | None = None
         self.tables: frozenset[Table] = frozenset()
+        self.shards: dict[Table, ShardMap] = {}
+        self.read_at = 0.0
 
     async def ask(self, conn: asyncpg.Connection) -> None:
         """Ask ``conn``'s database (once per provider)."""
         citus = bool(await conn.fetchval(DETECT_SQL))
         if citus:
-            self.tables = frozenset((s, t) for s, t in await conn.fetch(DISTRIBUTED_SQL))
-            logger.info(
-                "sql_lease: Citus detected: the statements of its distributed lease tables go"
-                " as calls of the functions of migration 0008 (run on the worker holding each"
-                " key)"
-            )
+            self.learn(await conn.fetch(DISTRIBUTED_SQL), await conn.fetch(SHARDS_SQL))
         self.citus = citus
 
-    def call_for(self, sql: str) -> str:
+    async def read_shards(self, conn: asyncpg.Connection) -> None:
+        """Read the shards' placements again."""
+        self.learn_shards(await conn.fetch(SHARDS_SQL))
+
+    def learn(self, tables: Iterable[Any], shards: Iterable[Any]) -> None:
+        """The database is Citus: the rows of `DISTRIBUTED_SQL` and `SHARDS_SQL`."""
+        self.tables = frozenset((s, t) for s, t in tables)
+        self.learn_shards(shards)
+        logger.info(
+            "sql_lease: Citus detected: the statements of its distributed lease tables go as"
+            " calls of the functions of migrations 0008 and 0010 (run on the worker holding"
+            " each key)"
+        )
+
+    def learn_shards(self, rows: Iterable[Any]) -> None:
+        """The rows of `SHARDS_SQL`: each hash-distributed table's shards and workers."""
+        found: dict[Table, list[tuple[int, int, int]]] = {}
+        for schema, table, low, high, group in rows:
+            found.setdefault((schema, table), []).append((low, high, group))
+        self.shards = {table: ShardMap(shards) for table, shards in found.items()}
+        self.read_at = monotonic()
+
+    def stale(self, args: tuple[Any, ...]) -> bool:
+        """Whether the placements should be read again before a statement with ``args``
+        (one over many keys, `REFRESH_S` after they were read)."""
+        return bool(args) and isinstance(args[0], list) and monotonic() - self.read_at > REFRESH_S
+
+    def call_for(self, catalogue: Catalogue, sql: str) -> str:
         """What goes to the coordinator for catalogue statement ``sql``: the call of its
         function when its table is distributed, else ``sql`` itself (reads over many keys, the
         clock: Citus takes them as they are)."""
-        found = _CALLS.get(sql)
-        return found[1] if found is not None and found[0] in self.tables else sql
+        found = self._found(catalogue, sql)
+        return sql if found is None else found.call
 
-    async def send(self, fetch: Fetch, sql: str, args: tuple[Any, ...]) -> list[Any]:
-        """Run ``sql`` with ``args`` through ``fetch`` as Citus takes it (`call_for`; array
-        arguments as their text)."""
-        found = _CALLS.get(sql)
-        if found is None or found[0] not in self.tables:
-            return await fetch(sql, *args)
-        _, call, arrays = found
-        if arrays:
-            args = tuple(_array_text(a) if n in arrays else a for n, a in enumerate(args))
-        return await fetch(call, *args)
+    def _found(self, catalogue: Catalogue, sql: str) -> DistributedCall | None:
+        calls = catalogue.distributed
+        if calls is None or (calls.schema, calls.table) not in self.tables:
+            return None
+        return calls.calls.get(sql)
 
+    def plan(self, catalogue: Catalogue, sql: str, args: tuple[Any, ...]) -> list[Sent]:
+        """The statements that run ``sql`` with ``args`` as Citus takes it (`call_for`; a
+        statement over many keys as one call per worker; array arguments as their text):
+        their rows together are ``sql``'s."""
+        found = self._found(catalogue, sql)
+        if found is None:
+            calls = catalogue.distributed
+            if calls is None or (calls.schema, calls.table) not in self.tables:
+                return [(sql, args)]
+            if sql in calls.unanswered:
+                return []  # a counting grant's statement: no counting row on Citus
+            if sql in calls.refused:
+                raise LeaseValueError(
+                    "counting leases, metadata and all-or-none calls are not available on"
+                    " Citus yet (migration 0009's statements are not Citus-safe); plain"
+                    " leases are"
+                )
+            return [(sql, args)]
+        if found.worker_call is not None:
+            calls = catalogue.distributed
+            assert calls is not None  # `_found` found it there
+            shards = self.shards.get((calls.schema, calls.table))
+            if shards is not None:
+                return _per_worker(found, shards, args)
+        if found.arrays:
+            args = tuple(_array_text(a) if n in found.arrays else a for n, a in enumerate(args))
+        return [(found.call, args)]
 
-#: The answer of each pool a provider runs on (`polls`).
-_POOLS: weakref.WeakKeyDictionary[Pool, Detected] = weakref.WeakKeyDictionary()
-#: Statement text -> its table, the call that replaces it on Citus, its array arguments' indexes.
-Call = tuple[Table, str, tuple[int, ...]]
-_CALLS: dict[str, Call] = {}
-
-
-@cache
-def register(table_name: str, schema: str | None = None, home: str | None = None) -> None:
-    """Record the call of each statement of ``schema.table_name`` (or of the table found in
-    ``home``) that has a function: 0006's (`functions`, pooler mode's) and 0008's own. Nothing
-    without a schema yet (its texts are never sent)."""
-    where = schema if schema is not None else home
-    if where is None:
-        return
-    table = (where, table_name)
-    cat = build_catalogue(table_name, schema, home)  # its server_calls: 0006's functions
-    if cat.batches is None:  # never for PostgreSQL's catalogue
-        raise ValueError("a PostgreSQL catalogue has batches")
-    texts = [
-        getattr(cat, a).sql
-        for a in ("acquire", "renew", "release", "transfer", "get_owner", "get_lease", "holder")
-    ]
-    texts.append(cat.batches.read.sql)
-    texts.extend(cat.batches.writes(kinds).sql for kinds in _kind_sets())
-    for text in texts:
-        found = cat.server_calls.get(text)
-        if found is not None:
-            _CALLS[text] = _entry(table, found.call, found.arguments)
-    for attr, suffix, arity in _EXTRA:
-        name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_{suffix}')}"
-        _CALLS[getattr(cat, attr).sql] = _entry(table, _call(name, arity), ())
-    name = f"{quote_ident(where)}.{quote_ident(f'{table_name}_renew_many')}"
-    renew_many = _call(name, 3)
-    _CALLS[cat.renew_many(1).sql] = _entry(table, renew_many, ("bytea[]", "bytea[]", "bigint"))
-
-
-def _kind_sets() -> list[tuple[int, ...]]:
-    return [
-        tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
-        for mask in range(1, 1 << len(WRITE_KINDS))
-    ]
+    async def send(
+        self, fetch: Fetch, catalogue: Catalogue, sql: str, args: tuple[Any, ...]
+    ) -> list[Any]:
+        """Run ``sql`` with ``args`` through ``fetch`` as `plan` says."""
+        planned = self.plan(catalogue, sql, args)
+        if len(planned) == 1:
+            text, sent = planned[0]
+            return await fetch(text, *sent)
+        rows: list[Any] = []
+        for n, (text, sent) in enumerate(planned):
+            try:
+                rows.extend(await fetch(text, *sent))
+            except Exception as exc:
+                if n == 0:
+                    raise  # nothing ran: as the statement's own failure
+                raise PartlyApplied(n, len(planned)) from exc
+        return rows
 
 
-def _entry(table: Table, call: str, types: tuple[str, ...]) -> Call:
-    """An array argument goes as the text of the array, cast on the server: asyncpg looks an
-    array type up in the catalogue once per connection, a query that takes about a second in a
-    Citus database (its many catalogue relations), which a first renewal cannot wait for."""
-    arrays = tuple(n for n, t in enumerate(types) if t.endswith("[]"))
+#: A statement to send: its text and arguments.
+Sent = tuple[str, tuple[Any, ...]]
 
-    def cast_of(match: re.Match[str]) -> str:
-        n = int(match[1]) - 1
-        return f"{match[0]}::pg_catalog.text::{_ARRAYS[types[n]]}" if n in arrays else match[0]
 
-    return table, re.sub(r"\$(\d+)", cast_of, call), arrays
+def _per_worker(found: DistributedCall, shards: ShardMap, args: tuple[Any, ...]) -> list[Sent]:
+    """One delegated call per worker holding some of the keys (its keys' share of every
+    array; the anchor, its first key)."""
+    assert found.worker_call is not None
+    shares: dict[int | None, dict[int, list[int]]] = {}
+    for group in found.spread:
+        keys = args[group[0]]
+        for i, key in enumerate(keys):
+            worker = shards.group_of(bytes(key))
+            shares.setdefault(worker, {}).setdefault(group[0], []).append(i)
+    planned: list[Sent] = []
+    for share in shares.values():
+        part = list(args)
+        anchor: bytes | None = None
+        for group in found.spread:
+            picked = share.get(group[0], [])
+            for n in group:
+                part[n] = [args[n][i] for i in picked]
+            if anchor is None and picked:
+                anchor = bytes(args[group[0]][picked[0]])
+        sent = [anchor] + [
+            _array_text(part[n]) if isinstance(part[n], list) else part[n]
+            for n in found.worker_args
+        ]
+        planned.append((found.worker_call, tuple(sent)))
+    return planned
 
 
 def _array_text(values: list[Any]) -> str:
@@ -170,13 +222,10 @@ def _array_text(values: list[Any]) -> str:
     return "{" + ",".join(str(int(v)) for v in values) + "}"
 
 
-def _call(name: str, arity: int) -> str:
-    return f"SELECT * FROM {name}({', '.join(f'${n}' for n in range(1, arity + 1))})"
-
-
-def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
+def fetch_for(fairy: PoolProxiedConnection, detected: Detected, catalogue: CatalogueNow) -> Fetch:
     """The fetch of one asyncpg connection: asyncpg's own when the database is known not to be
-    Citus; the calls when it is; until then, one that asks first (a caller's engine)."""
+    Citus; the calls of the provider's ``catalogue`` when it is; until then, one that asks
+    first (a caller's engine)."""
     conn = cast("asyncpg.Connection", fairy.driver_connection)
     if detected.citus is False:
         return conn.fetch
@@ -185,7 +234,9 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
         send = detected.send
 
         async def citus_fetch(sql: str, *args: Any) -> list[Any]:
-            return await send(plain, sql, args)
+            if detected.stale(args):
+                await detected.read_shards(conn)
+            return await send(plain, catalogue(), sql, args)
 
         return citus_fetch
     pool = getattr(fairy, "_pool", None)  # SQLAlchemy's fairy keeps its pool there
@@ -196,10 +247,14 @@ def fetch_for(fairy: PoolProxiedConnection, detected: Detected) -> Fetch:
             if isinstance(pool, Pool):
                 _POOLS[pool] = detected
         if detected.citus:
-            return await detected.send(plain, sql, args)
+            return await detected.send(plain, catalogue(), sql, args)
         return await plain(sql, *args)
 
     return asking_fetch
+
+
+#: The answer of each pool a provider runs on (`polls`).
+_POOLS: weakref.WeakKeyDictionary[Pool, Detected] = weakref.WeakKeyDictionary()
 
 
 def watch(engine: AsyncEngine, detected: Detected) -> None:
@@ -215,6 +270,17 @@ def watch(engine: AsyncEngine, detected: Detected) -> None:
             logger.debug("could not tell whether the database is Citus: %s", exc)
 
     event.listen(engine.sync_engine, "first_connect", first_connect)
+
+
+def key_groups(pool: Pool, catalogue: Catalogue, keys: list[bytes]) -> list[list[int]] | None:
+    """On Citus, the indexes of ``keys`` by the worker holding them (their batch's calls go
+    as one statement per worker, each atomic on its own); None elsewhere."""
+    detected = _POOLS.get(pool)
+    calls = catalogue.distributed
+    if detected is None or not detected.tables or calls is None:
+        return None
+    shards = detected.shards.get((calls.schema, calls.table))
+    return None if shards is None else shards.split(keys)
 
 
 def polls(pool: Pool) -> bool:

@@ -20,7 +20,7 @@ from ...errors import (
     LeaseTimeoutError,
 )
 
-__all__ = ["NotSentError", "classify", "translate"]
+__all__ = ["NotSentError", "PartlyApplied", "classify", "translate"]
 
 
 class NotSentError(Exception):
@@ -44,6 +44,16 @@ _REFUSED_TYPES = (
     asyncpg.InternalClientError,  # protocol confused by a backend killed mid-handshake
 )
 _UNREACHABLE_TYPES = (OSError, sa_exc.InterfaceError, sa_exc.OperationalError)
+
+
+class PartlyApplied(Exception):
+    """A statement sent as several calls (one per worker) failed after the first ``done`` of
+    them ran and committed: its outcome is unknown for every call it carried. No SQLSTATE of
+    its own, so it is never taken for a statement that ran nowhere (which may be sent again:
+    a deadlock, a lock wait given up), whatever its cause says."""
+
+    def __init__(self, done: int, calls: int) -> None:
+        super().__init__(f"{done} of {calls} per-worker calls ran before one failed")
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -71,6 +81,8 @@ def classify(exc: BaseException) -> Failure:
     """What ``exc`` (raised by a statement, a connect or a checkout) says happened."""
     if isinstance(exc, NotSentError):
         return Failure.REFUSED
+    if isinstance(exc, PartlyApplied):
+        return Failure.UNKNOWN  # never sent again: part of it ran
     state = _sqlstate(exc)
     if state is not None:
         if state in _CANCELLED_STATES:

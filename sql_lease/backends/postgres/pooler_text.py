@@ -24,6 +24,13 @@ changes once, when the table's schema is found). `PoolerStatements` keeps, per c
 encoding, each statement as a `psycopg_wire.Template`; a call of a missing function is answered
 with ``undefined_function`` before anything runs, and `PoolerStatements.fall_back` then switches
 every connection of the provider to the plain statements (logged once).
+
+On Citus, the statements that have no function of 0005/0006 (``renew_many``, ``force_release``,
+``want``, ``purge``) are refused as plain text on a distributed table ("functions used in UPDATE
+queries on distributed tables must not be VOLATILE", ``feature_not_supported``, raised while
+planning: nothing ran); `PoolerStatements.to_citus` then switches the provider to their calls of
+migration 0008 (`Catalogue.distributed`), which run on the coordinator, and the statement goes
+again. The one-key calls are 0006's names, which 0008 made Citus's delegated functions.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ GENERIC_PLANS: Final = "SET LOCAL plan_cache_mode = force_generic_plan; "
 class PoolerStatements:
     """One provider's pooler-mode statement texts, shared by its connections."""
 
-    __slots__ = ("_caches", "_catalogue", "functions", "prefix")
+    __slots__ = ("_caches", "_catalogue", "citus", "functions", "prefix")
 
     def __init__(self, timeout: float, catalogue: Callable[[], Catalogue] | None) -> None:
         millis = server_millis(timeout)
@@ -62,6 +69,8 @@ class PoolerStatements:
         )
         #: True until a call finds the server functions missing.
         self.functions = True
+        #: True once a plain statement was refused by Citus (`to_citus`).
+        self.citus = False
         self._caches: dict[str, dict[str, Template]] = {}
         #: The provider's catalogue as it is now: its `Catalogue.server_calls` (None: no calls).
         self._catalogue = catalogue
@@ -70,8 +79,34 @@ class PoolerStatements:
         """The call of server functions that replaces statement ``sql``, or None."""
         if self._catalogue is None:
             return None
-        found = self._catalogue().server_calls.get(sql)
-        return None if found is None else found.call
+        cat = self._catalogue()
+        found = cat.server_calls.get(sql)
+        if found is not None:
+            return found.call
+        if self.citus and cat.distributed is not None:
+            extra = cat.distributed.calls.get(sql)
+            return None if extra is None else extra.call
+        return None
+
+    def to_citus(self, sql: str, error: psycopg.Error) -> bool:
+        """After ``feature_not_supported`` for ``sql``: True when ``sql`` went plain and Citus
+        has a call for it (nothing ran: send it again, as `template` now gives it)."""
+        if self.citus or not isinstance(error, psycopg.errors.FeatureNotSupported):
+            return False
+        if self._catalogue is None or self.call_for(sql) is not None:
+            return False
+        calls = self._catalogue().distributed
+        if calls is None or sql not in calls.calls:
+            return False
+        self.citus = True
+        for cache in self._caches.values():
+            cache.clear()
+        logger.info(
+            "sql_lease: pooler mode on Citus (%s): the statements without a function of"
+            " migration 0006 go as calls of migration 0008's",
+            error.diag.message_primary,
+        )
+        return True
 
     def cache(self, encoding: str) -> dict[str, Template]:
         """The templates for client ``encoding`` (a connection binds it once, and looks a
@@ -93,7 +128,7 @@ class PoolerStatements:
         """After ``undefined_function`` for ``sql``: True when ``sql`` went as a function call
         (nothing ran: send its plain text, which `template` now gives); from now on every
         statement goes plain."""
-        if self.call_for(sql) is None:
+        if not isinstance(error, psycopg.errors.UndefinedFunction) or self.call_for(sql) is None:
             return False
         if self.functions:
             self.functions = False

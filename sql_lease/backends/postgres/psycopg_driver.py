@@ -98,6 +98,10 @@ def watch_engine(engine: AsyncEngine, *, connect_timeout: float) -> None:
     event.listen(engine.sync_engine, "do_connect", do_connect)
 
 
+#: Answered before anything ran: a missing function, or a plain statement Citus refuses.
+_RETRIED: Final = (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported)
+
+
 def fetch_for(timeout: float, catalogue: CatalogueNow) -> Adaptor:
     """The adaptor: per pooled psycopg connection, a fetch that runs a statement with the
     server-side timeouts at `SERVER_SHARE` of ``timeout``, in one round trip (module
@@ -124,11 +128,14 @@ def fetch_for(timeout: float, catalogue: CatalogueNow) -> Adaptor:
             try:
                 try:
                     return await exchange.run(exchange.query(found, args))
-                except psycopg.errors.UndefinedFunction as exc:
-                    # Raised while resolving the call, before any statement ran (and the
-                    # implicit transaction is rolled back whatever ran): the plain statement
-                    # is safe to send instead.
-                    if not statements.fall_back(sql, exc):
+                except (
+                    psycopg.errors.UndefinedFunction,
+                    psycopg.errors.FeatureNotSupported,
+                ) as exc:
+                    # Raised while resolving the call (or planning a statement Citus refuses),
+                    # before any statement ran (and the implicit transaction is rolled back
+                    # whatever ran): the plain statement (or Citus's call) is safe to send.
+                    if not (statements.fall_back(sql, exc) or statements.to_citus(sql, exc)):
                         raise
                     return await exchange.run(exchange.query(miss(cache, sql, encoding), args))
             except asyncio.CancelledError:

@@ -43,6 +43,7 @@ from .errors import classify, translate
 from .pooler_text import PoolerStatements
 from .psycopg_values import pinned_cursor
 from .psycopg_wire import Blocking, render
+from .sync_citus import SyncCitus
 from .sync_pool_report import POOL_NAME, PROBE_S, ConnectReport, quiet_pool_log, reporting_class
 
 __all__ = [
@@ -254,10 +255,11 @@ def _run_text(
     found = cache.get(sql) or statements.template(cache, sql, encoding)
     try:
         return wire.run(render(found, args, wire.literal))
-    except psycopg.errors.UndefinedFunction as exc:
-        # Raised while resolving the function call, before anything ran (the implicit
-        # transaction is rolled back whatever ran): the plain statement is safe to send.
-        if not statements.fall_back(sql, exc):
+    except (psycopg.errors.UndefinedFunction, psycopg.errors.FeatureNotSupported) as exc:
+        # Raised while resolving the function call (or planning a statement Citus refuses),
+        # before anything ran (the implicit transaction is rolled back whatever ran): the
+        # plain statement (or Citus's call) is safe to send.
+        if not (statements.fall_back(sql, exc) or statements.to_citus(sql, exc)):
             raise
         return wire.run(render(statements.template(cache, sql, encoding), args, wire.literal))
 
@@ -275,12 +277,15 @@ class PgExecutor:
         table: str,
         listen_kwargs: dict[str, Any] | None,
         statements: PoolerStatements | None = None,
+        citus: SyncCitus | None = None,
     ) -> None:
         self.source = source
         self.where = where
         self._table = table
         #: Pooler mode (`pooler_text`): each call one simple query, timeouts set inside it.
         self._statements = statements
+        #: Each statement as Citus takes it, once its first connection said it is Citus.
+        self._citus = citus
         #: How the dedicated LISTEN connection connects (see `_listen`).
         self.listen_kwargs: dict[str, Any] | None = listen_kwargs
         self._deadlines = Deadlines()
@@ -302,6 +307,7 @@ class PgExecutor:
         deadline = monotonic() + seconds
         source = self.source
         pooled = self._statements
+        citus = self._citus
         deadlines = self._deadlines
         check = write  # reads skip the check until a connection has failed under one
         rerun = not write
@@ -333,14 +339,17 @@ class PgExecutor:
                     rows = _run_text(source.wire(conn, token), pooled, sql, args)
                 else:
                     cur = source.cursor(conn, token)
-                    cur.execute(sql, args, prepare=False, binary=True)
-                    # `description` would build column objects: the result's status says
-                    # as much.
-                    res = cur.pgresult
-                    if res is not None and (res.nfields or res.status == _TUPLES_OK):
-                        rows = cur.fetchall()
+                    if citus is not None and citus.detected.citus is not False:
+                        rows = citus.run(cur, sql, args)  # Citus, or not asked yet
                     else:
-                        rows = []
+                        cur.execute(sql, args, prepare=False, binary=True)
+                        # `description` would build column objects: the result's status
+                        # says as much.
+                        res = cur.pgresult
+                        if res is not None and (res.nfields or res.status == _TUPLES_OK):
+                            rows = cur.fetchall()
+                        else:
+                            rows = []
             except BaseException as exc:
                 expired = deadlines.finish(call)
                 source.forget(conn, token)

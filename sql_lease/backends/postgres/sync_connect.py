@@ -15,6 +15,7 @@ from ...errors import LeaseValueError
 from .. import CatalogueNow
 from .pooler_text import PoolerStatements
 from .sync import EnginePgSource, PgExecutor, open_pool
+from .sync_citus import SyncCitus
 from .urls import host_port
 
 __all__ = ["engine_executor", "libpq_kwargs", "url_executor"]
@@ -99,6 +100,7 @@ def url_executor(
     elif pooler == "transaction":
         listen = None
     statements = None
+    citus = None if catalogue is None else SyncCitus(catalogue)
     if pooler is None:
         millis = server_millis(timeout)
         options = f"-c statement_timeout={millis} -c lock_timeout={millis} -c TimeZone=UTC"
@@ -108,12 +110,29 @@ def url_executor(
     else:
         statements = PoolerStatements(timeout, catalogue)
     pool = open_pool(kwargs, size=pool_size, timeout=timeout)
-    return PgExecutor(pool, where=where, table=table, listen_kwargs=listen, statements=statements)
+    return PgExecutor(
+        pool,
+        where=where,
+        table=table,
+        listen_kwargs=listen,
+        statements=statements,
+        citus=citus if statements is None else None,
+    )
 
 
-def engine_executor(engine: Engine, table: str, *, where: str, timeout: float) -> PgExecutor:
-    """An executor borrowing connections from a caller's ``engine`` (never disposed)."""
+def engine_executor(
+    engine: Engine,
+    table: str,
+    *,
+    where: str,
+    timeout: float,
+    catalogue: CatalogueNow | None = None,
+) -> PgExecutor:
+    """An executor borrowing connections from a caller's ``engine`` (never disposed);
+    ``catalogue``: the provider's (its Citus calls)."""
     kwargs = libpq_kwargs(engine.url.set(drivername="postgresql"))
     kwargs["autocommit"] = True
     kwargs.setdefault("connect_timeout", max(1, round(timeout)))
-    return PgExecutor(EnginePgSource(engine), where=where, table=table, listen_kwargs=kwargs)
+    citus = None if catalogue is None else SyncCitus(catalogue)
+    source = EnginePgSource(engine)
+    return PgExecutor(source, where=where, table=table, listen_kwargs=kwargs, citus=citus)

@@ -121,6 +121,11 @@ class SqliteBackend:
     ) -> WakeupSource | None:
         return None
 
+    def key_groups(
+        self, pool: Pool, catalogue: Catalogue, keys: list[bytes]
+    ) -> list[list[int]] | None:
+        return None
+
     def sync_url_executor(
         self,
         url: URL,
@@ -148,7 +153,13 @@ class SqliteBackend:
         return SqliteExecutor(source, where=where, table=table)
 
     def sync_engine_executor(
-        self, engine: Engine, table: str, *, where: str, timeout: float
+        self,
+        engine: Engine,
+        table: str,
+        *,
+        where: str,
+        timeout: float,
+        catalogue: CatalogueNow | None = None,
     ) -> SyncExecutor:
         from .sync import EngineSqliteSource, SqliteExecutor, pragmas
 
