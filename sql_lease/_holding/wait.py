@@ -24,11 +24,9 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import Any
 
 from .._core.contract import AcquireResult, LeaseProvider
-from .._core.policy import CheckedCalls, HoldTerms, wait_terms
+from .._core.policy import CheckedCalls, HoldTerms, acquire_call, wait_terms
 from .._core.validate import Millis
 from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
 from ..capabilities import WantMarking
@@ -57,13 +55,10 @@ def acquirer(
     """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
     others get ``acquire_lease``; ``limit`` other than 1: a slot of a counting lease (our
     providers' ``acquire_lease(..., limit=)``, which checks it)."""
-    if limit != 1 or type(limit) is not int:
-        counting: Any = provider.acquire_lease
-        return partial(counting, terms.key, terms.owner, terms.ttl_ms, limit=limit)
-    if isinstance(provider, CheckedCalls) and "acquire_lease" not in vars(provider):
-        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
-        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
-    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+    call: Callable[[], Awaitable[AcquireResult]] = acquire_call(
+        provider, terms, limit, isinstance(provider, CheckedCalls)
+    )
+    return call
 
 
 async def wait_for(

@@ -95,16 +95,7 @@ class SqlExtensions(SqlCounting):
         rows: list[Any] = []
         for sql, args in renew_chunks(self._sql, pairs, ttl):
             rows += await self._run("renew_leases", True, sql, args)
-        renewed = renewed_in_order(self._sql, rows, pairs)
-        if self._sql.counting is not None and None in renewed:
-            grants: dict[tuple[bytes, bytes], Renewal | None] = {}
-            for n, (k, o) in enumerate(pairs):  # the misses: grants of counting rows?
-                if renewed[n] is None:
-                    if (k, o) not in grants:  # one statement each
-                        got = await self._count_renew(k, o, ttl)
-                        grants[k, o] = None if got is None else Renewal(got.fence, got.expires_at)
-                    renewed[n] = grants[k, o]
-        return renewed
+        return await self._renew_misses(renewed_in_order(self._sql, rows, pairs), pairs, ttl)
 
     async def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -158,16 +149,6 @@ class SqlExtensions(SqlCounting):
         statement = self._sql.list_states
         rows = await self._run("list_states", False, statement.sql, (low, high, count, within))
         return [statement.decode(row) for row in rows]
-
-    async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
-        """The listed rows with each counting key (its owner reserved) as its live grants."""
-        out: list[Lease] = []
-        for lease in leases:
-            if isinstance(lease, ForeignLease) and lease.owner_bytes == RESERVED_OWNER:
-                out.extend(await self.get_lease_holders(lease.key))
-            else:
-                out.append(lease)
-        return out
 
     async def purge_expired(
         self,

@@ -63,6 +63,7 @@ class HeldLease(HoldRecord):
         **options: Unpack[HoldKeywords],
     ) -> None:
         terms = keyword_terms(key, owner, ttl_ms, options)  # checked once
+        self._limit = options.get("limit", 1)  # a counting lease's (checked by acquire_lease)
         hooks = {name: options.get(name) for name in HOOK_NAMES}
         self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
         self._start_record(terms, provider)
@@ -130,9 +131,9 @@ class HeldLease(HoldRecord):
         try:
             started = monotonic()
             if self._wait_ms:
-                result, started = self._life.wait_checked(provider, self._terms)
+                result, started = self._life.wait_for(provider, self._terms, self._limit)
             else:
-                result = acquirer(provider, self._terms)()
+                result = acquirer(provider, self._terms, self._limit)()
         except BaseException as exc:
             self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)

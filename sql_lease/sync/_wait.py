@@ -17,13 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 from time import monotonic
 from typing import Final
 
 from .._core.contract import AcquireResult
-from .._core.policy import HoldTerms, SyncCheckedCalls, wait_terms
-from .._core.validate import Millis
+from .._core.policy import HoldTerms, SyncCheckedCalls, acquire_call
 from .._core.waiting import (
     JITTER_S,
     POLL_S,
@@ -37,7 +35,7 @@ from ..backends import SyncListener
 from ..observer import LeaseEventKind, observer_of, report_wait
 from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
 
-__all__ = ["POLL_S", "Hub", "wait_checked", "wait_for"]
+__all__ = ["POLL_S", "Hub", "acquirer", "wait_for"]
 
 _READY_S: Final = 5.0  # how long to wait for the listener of a provider without a timeout
 
@@ -109,29 +107,31 @@ def _wake(waiter: Waiter, reason: str) -> None:
     waiter.event.set()
 
 
-def acquirer(provider: SyncLeaseProvider, terms: HoldTerms) -> Callable[[], AcquireResult]:
-    """The acquire of checked ``terms``: our providers take them as they are
-    (`SyncCheckedCalls`), others get ``acquire_lease``."""
-    if isinstance(provider, SyncCheckedCalls) and "acquire_lease" not in vars(provider):
-        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
-        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
-    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+def acquirer(
+    provider: SyncLeaseProvider, terms: HoldTerms, limit: int = 1
+) -> Callable[[], AcquireResult]:
+    """The acquire of checked ``terms`` (`sql_lease._core.policy.acquire_call`): our providers
+    take them as they are (`SyncCheckedCalls`), others get ``acquire_lease``; ``limit`` other
+    than 1: a slot of a counting lease."""
+    call: Callable[[], AcquireResult] = acquire_call(
+        provider, terms, limit, isinstance(provider, SyncCheckedCalls)
+    )
+    return call
 
 
 def wait_for(
-    provider: SyncLeaseProvider, hub: Hub, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    provider: SyncLeaseProvider,
+    hub: Hub,
+    terms: HoldTerms,
+    limit: int = 1,
+    acquire: Callable[[], AcquireResult] | None = None,
 ) -> tuple[AcquireResult, float]:
-    """`wait_for_lease`, also returning the `monotonic` time the last acquire started."""
-    return wait_checked(provider, hub, wait_terms(key, owner, ttl_ms, timeout_ms))
-
-
-def wait_checked(
-    provider: SyncLeaseProvider, hub: Hub, terms: HoldTerms
-) -> tuple[AcquireResult, float]:
-    """`wait_for` with arguments checked already (a hold's: checked once, not again here);
-    ``terms.wait_ms`` is the timeout."""
+    """`wait_for_lease` of checked ``terms`` (``terms.wait_ms`` is the timeout; a hold's are
+    checked once, not again here), also returning the `monotonic` time the last acquire
+    started. ``limit`` other than 1: a slot of a counting lease. ``acquire``: the attempt
+    instead of acquiring ``terms.key`` (a hold of several keys: all of them)."""
     key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
-    acquire = acquirer(provider, terms)
+    acquire = acquire or acquirer(provider, terms, limit)
     deadline = monotonic() + timeout_ms / 1000
     started = monotonic()
     result = acquire()

@@ -1,0 +1,162 @@
+"""Counting leases, metadata and all-or-none calls of `sql_lease.sync.SqlLeaseProvider`.
+
+The async provider's rules (`sql_lease._sqlprovider.counting`) on the same statements
+(`Catalogue.counting`), with the same answers (`sql_lease._core.count_calls`): the plain
+statements stay the hot path; these run when a call asks for them (``limit`` other than 1,
+``metadata=``, several keys) or when a plain statement met a counting row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._core.contract import AcquireResult, Lease
+from .._core.count_calls import (
+    Send,
+    acquire_all_steps,
+    count_answer,
+    grant_of,
+    holders_of,
+    is_counting,
+    renew_misses,
+    renewal_of,
+)
+from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant
+from .._core.validate import check_keys, check_name, check_ttl
+from ..backends import Backend
+from ..capabilities import Released, Renewal
+from ..catalogue import Catalogue, CountingStatements
+from ..errors import LeaseForeignRowError, LeaseValueError
+
+__all__ = ["SyncCounting"]
+
+T = TypeVar("T")
+Rows = list[tuple[Any, ...]]
+
+
+class SyncCounting:
+    """The counting methods of the sync `SqlLeaseProvider` (a base class)."""
+
+    _sql: Catalogue
+    _backend: Backend
+
+    if TYPE_CHECKING:  # the provider's own
+
+        def _run(
+            self, operation: str, write: bool, sql: str, args: tuple[object, ...], *within: float
+        ) -> Rows: ...
+        def get_lease_owner(self, key: str) -> str | None: ...
+
+    def _counting(self) -> CountingStatements:
+        counting = self._sql.counting
+        if counting is None:
+            raise LeaseValueError(
+                f"{self._backend.title} has no counting leases, metadata or all-or-none calls"
+            )
+        return counting
+
+    def _count_acquire(
+        self, key: str, k: bytes, o: bytes, ttl: int, checked: tuple[int, bytes | None, bool | None]
+    ) -> AcquireResult:
+        """Grant ``o`` a slot of ``k`` (``limit`` slots), renew its grant, or refuse."""
+        limit, data, is_str = checked
+        statement = self._counting().acquire
+        rows = self._run("acquire_lease", True, statement.sql, (k, o, ttl, limit, data, is_str))
+        return count_answer(key, k, o, limit, statement.decode(rows[0]))
+
+    def get_lease_holders(self, key: str) -> list[Lease]:
+        """The live holders of ``key``, oldest grant first, each with its fence, times and
+        metadata (a plain lease: its one holder; a free key: an empty list)."""
+        k = check_name("key", key)
+        statement = self._counting().holders
+        rows = self._run("get_lease_holders", False, statement.sql, (k,))
+        return holders_of(key, statement.decode(rows[0])) if rows else []
+
+    def _count_lease(
+        self, key: str, stored_owner: bytes, error: LeaseForeignRowError
+    ) -> Lease | None:
+        """`get_lease` of a row whose owner is not UTF-8: a counting row's oldest live grant,
+        else ``error`` (a foreign row)."""
+        if stored_owner != RESERVED_OWNER:
+            raise error
+        holders = self.get_lease_holders(key)
+        return holders[0] if holders else None
+
+    def _count_release(self, k: bytes, o: bytes) -> Released | None:
+        if self._sql.counting is None:
+            return None
+        statement = self._sql.counting.release
+        rows = self._run("release_lease", True, statement.sql, (k, o))
+        return statement.decode(rows[0]) if rows else None
+
+    def _count_renew(self, k: bytes, o: bytes, ttl: int) -> Grant | None:
+        if self._sql.counting is None:
+            return None
+        statement = self._sql.counting.renew
+        rows = self._run("renew_lease", True, statement.sql, (k, o, ttl))
+        return grant_of(statement.decode(rows[0]), o) if rows else None
+
+    def _count_transfer(
+        self, args: tuple[bytes, bytes, bytes, int], data: bytes | None, is_str: bool | None
+    ) -> Grant | None:
+        if self._sql.counting is None:
+            if data is not None:
+                self._counting()  # raises: no metadata on this backend
+            return None
+        statement = self._sql.counting.transfer
+        rows = self._run("transfer_lease", True, statement.sql, (*args, data, is_str))
+        return grant_of(statement.decode(rows[0]), args[2]) if rows else None
+
+    def _renew_misses(
+        self, renewed: list[Renewal | None], pairs: list[tuple[bytes, bytes]], ttl: int
+    ) -> list[Renewal | None]:
+        """A batched renewal's misses that are grants of counting rows, renewed."""
+        misses = renew_misses(self._sql.counting, renewed, pairs)
+        if not misses:
+            return renewed
+        got = {pair: renewal_of(self._count_renew(*pair, ttl)) for pair in misses}
+        return [got.get(p) if r is None else r for p, r in zip(pairs, renewed, strict=True)]
+
+    def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
+        """Listed rows with each counting key as its live grants."""
+        if not any(is_counting(lease) for lease in leases):
+            return leases
+        out: list[Lease] = []
+        for lease in leases:
+            out.extend(self.get_lease_holders(lease.key) if is_counting(lease) else [lease])
+        return out
+
+    def acquire_leases(self, keys: Iterable[str], owner: str, ttl_ms: int) -> AcquireAllResult:
+        """Take every key of ``keys`` for ``owner`` as plain leases, or none, in one statement
+        (rows locked in sorted key order: two such calls never deadlock); keys the owner holds
+        already are renewed. Refused: nothing changed, and the result names the first blocking
+        key (in sorted order) and its holder."""
+        stored = check_keys(keys, MAX_KEYS)
+        o = check_name("owner", owner)
+        ttl = check_ttl(ttl_ms)
+        result, ask = self._steps(acquire_all_steps(self._counting(), stored, o, owner, ttl))
+        if ask is not None:  # a counting row's (or an unknown) holder: its oldest
+            result = AcquireAllResult(False, {}, ask, self.get_lease_owner(ask))
+        return result
+
+    def release_leases(self, keys: Iterable[str], owner: str) -> int:
+        """Release ``owner``'s live plain leases among ``keys`` in one statement (rows locked
+        in sorted key order); how many were released."""
+        stored = check_keys(keys, MAX_KEYS)
+        o = check_name("owner", owner)
+        counting = self._counting()
+        statement = counting.release_all(len(stored))
+        args = (*counting.keys_args(stored), o)
+        return len(self._run("release_leases", True, statement.sql, args))
+
+    def _steps(self, steps: Generator[Send, Rows, T]) -> T:
+        """Run the statements of a counting call's ``steps``; its result."""
+        rows: Any = None
+        try:
+            while True:
+                send = steps.send(rows)
+                rows = self._run(send.operation, send.write, send.sql, send.args)
+        except StopIteration as end:
+            done: T = end.value
+            return done
