@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol, TypedDict, runtime_checkable
 from ..capabilities import Renewal
 from ..errors import LeaseValueError
 from .contract import AcquireResult
+from .counting import check_hold_keys
 from .validate import Millis, check_millis, check_name, check_ttl
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "due_groups",
     "fence_moved",
     "hold_terms",
+    "keys_terms",
     "keyword_terms",
     "renew_interval",
     "wait_terms",
@@ -155,6 +157,20 @@ def hold_terms(
     ttl = check_ttl(ttl_ms)
     every = renew_interval(ttl, renew_every_ms)
     return HoldTerms(key, owner, k, o, ttl, every, check_millis("wait_ms", wait_ms))
+
+
+def keys_terms(
+    keys: object,
+    owner: str,
+    ttl_ms: Millis,
+    renew_every_ms: Millis | None,
+    wait_ms: Millis,
+    limit: object = 1,
+) -> tuple[tuple[str, ...], HoldTerms]:
+    """A hold of several keys' arguments checked, once, before any I/O: the keys
+    (`check_hold_keys`) and the terms every key's hold shares (those of the first)."""
+    names = check_hold_keys(keys, limit)
+    return names, hold_terms(names[0], owner, ttl_ms, renew_every_ms, wait_ms)
 
 
 def wait_terms(key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis) -> HoldTerms:

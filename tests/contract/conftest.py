@@ -69,7 +69,7 @@ async def pgbouncer_provider(
 #: coalescing on the other providers): running them batched too would only lengthen the suite.
 #: Modules of calls a backend does not have yet, by provider parameter prefix: MariaDB has no
 #: counting leases (its refusal is tested in tests/integration/test_mariadb.py).
-NOT_ON = {"mariadb": frozenset({"test_counting"})}
+NOT_ON = {"mariadb": frozenset({"test_counting", "test_hold_keys"})}
 
 BATCHED_MODULES = frozenset(
     {"test_semantics", "test_reporting_forms", "test_extensions", "test_counting"}

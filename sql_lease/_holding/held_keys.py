@@ -1,0 +1,197 @@
+"""A hold of several keys, all or none: ``async with provider.hold(["a", "b"], owner, ttl)``.
+
+Entering takes every key or none through ``acquire_leases`` (one statement, rows locked in
+sorted order; ``wait_ms`` waits for all of them: `sql_lease._holding.wait.wait_all`), then
+holds each key as an adopted `HeldLease`: the renewal loop renews them together (one
+statement per tick for keys of one TTL), and the loss of any one key is the loss of the hold
+(its `HeldLease` cancels the body, and the block raises `LeaseLost` naming that key). Leaving
+releases every key. The policy is the one-key hold's: nothing here renews or judges a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Self, Unpack, cast
+
+from .._core.contract import LeaseProvider
+from .._core.policy import keys_terms
+from .._core.validate import Millis
+from ..capabilities import AllOrNone
+from ..errors import LeaseAlreadyHeld, LeaseDatabaseError, LeaseNotAcquired, LeaseTypeError
+from .held import HeldLease, HoldOptions, LeaseHook
+from .hooks import HOOK_NAMES, Hooks, in_background
+from .runtime import runtime_of
+from .wait import wait_all
+
+__all__ = ["HeldLeases"]
+
+logger = logging.getLogger("sql_lease.hold")
+
+
+class HeldLeases:
+    """Several keys held together for the duration of an ``async with`` block (single use).
+
+    ``keys``: a list or tuple of distinct keys (a str is one key: `HeldLease`). Entering
+    acquires all of them or raises `LeaseNotAcquired` naming the key that blocked (after
+    waiting up to ``wait_ms`` for all of them); `LeaseAlreadyHeld` when another hold of the
+    provider holds one of them for ``owner``. Inside, each key is an adopted `HeldLease`
+    (``holds``), renewed together with the provider's other held leases; when one is lost,
+    the body is cancelled and the block raises `LeaseLost`. Leaving releases every key. The
+    options (``renew_every_ms``, ``cancel_on_loss``, the hooks) are those of `HeldLease` and
+    apply to each key's hold (a hook is called with that key's `HeldLease`).
+
+    Attributes: ``keys`` (as given), ``owner``, ``ttl_ms``, ``renew_every_ms``; ``fences``
+    (each key's fence), ``holds`` (each key's `HeldLease`), ``held``, ``lost`` and
+    ``lost_reason``.
+    """
+
+    def __init__(
+        self,
+        provider: LeaseProvider,
+        keys: list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        *,
+        wait_ms: Millis = 0,
+        **options: Unpack[HoldOptions],
+    ) -> None:
+        self.keys, terms = keys_terms(keys, owner, ttl_ms, options.get("renew_every_ms"), wait_ms)
+        if not isinstance(options.get("cancel_on_loss", True), bool):
+            raise LeaseTypeError("cancel_on_loss must be a bool")
+        hooks = {name: options.get(name) for name in HOOK_NAMES}
+        Hooks(self.keys[0], cast(dict[str, LeaseHook | None], hooks))  # callables? (raises)
+        if not isinstance(provider, AllOrNone):
+            raise LeaseTypeError(
+                f"a hold of several keys needs acquire_leases, which {provider!r} has not"
+            )
+        self.owner, self.ttl_ms = terms.owner, terms.ttl_ms
+        self.renew_every_ms, self._wait_ms = terms.renew_every_ms, terms.wait_ms
+        self._provider = provider
+        self._options = options
+        self._runtime = runtime_of(provider)
+        self._holds: dict[str, HeldLease] = {}
+        self._stack = AsyncExitStack()
+        self._entered = False
+
+    @property
+    def holds(self) -> dict[str, HeldLease]:
+        """Each key's `HeldLease` (empty until entered)."""
+        return dict(self._holds)
+
+    @property
+    def fences(self) -> dict[str, int | None]:
+        """Each key's fence (empty until entered)."""
+        return {key: held.fence for key, held in self._holds.items()}
+
+    @property
+    def held(self) -> bool:
+        """True while every key is ours."""
+        return bool(self._holds) and all(held.held for held in self._holds.values())
+
+    @property
+    def lost(self) -> bool:
+        """True once any key was found lost."""
+        return any(held.lost for held in self._holds.values())
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Which key was lost first, and why; None while none was."""
+        for key, held in self._holds.items():
+            if held.lost_reason is not None:
+                return f"{key!r}: {held.lost_reason}"
+        return None
+
+    async def wait_lost(self) -> bool:
+        """Wait until a key is lost (True) or the hold ends otherwise (False)."""
+        waits = [asyncio.ensure_future(held.wait_lost()) for held in self._holds.values()]
+        if waits:
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+        return self.lost
+
+    def __repr__(self) -> str:
+        return f"HeldLeases(keys={self.keys!r}, owner={self.owner!r}, fences={self.fences})"
+
+    async def __aenter__(self) -> Self:
+        if self._entered:
+            raise RuntimeError("a HeldLeases can be entered only once")
+        self._entered = True
+        waiting = self._claim_all()
+        try:
+            result, started = await wait_all(
+                self._provider, self.keys, self.owner, self.ttl_ms, self._wait_ms
+            )
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) or (
+                isinstance(exc, LeaseDatabaseError) and exc.outcome_unknown
+            ):
+                self._release_in_background(waiting)  # they may have been acquired: undo
+            else:
+                self._unclaim(waiting)
+            raise
+        if not result.acquired:
+            self._unclaim(waiting)
+            raise LeaseNotAcquired(
+                result.blocked_key or self.keys[0], self.owner, result.blocked_by, None, None
+            )
+        try:
+            for key in self.keys:
+                held = HeldLease.adopt(
+                    self._provider,
+                    result.leases[key],
+                    key,
+                    self.ttl_ms,
+                    started=started,
+                    claimed=True,
+                    **self._options,
+                )
+                waiting.remove(key)  # its hold has the claim now, and releases the key
+                await self._stack.enter_async_context(held)
+                self._holds[key] = held
+        except BaseException:
+            self._release_in_background(waiting)
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Each key's hold leaves as a one-key hold does (the lost one raises `LeaseLost`).
+        await self._stack.__aexit__(exc_type, exc, tb)
+
+    def _claim_all(self) -> list[str]:
+        claimed: list[str] = []
+        for key in self.keys:
+            if not self._runtime.claim(key, self.owner):
+                self._unclaim(claimed)
+                raise LeaseAlreadyHeld(key, self.owner)
+            claimed.append(key)
+        return claimed
+
+    def _unclaim(self, keys: list[str]) -> None:
+        for key in keys:
+            self._runtime.unclaim(key, self.owner)
+
+    def _release_in_background(self, keys: list[str]) -> None:
+        """Release ``keys`` (owner-checked: a no-op where not ours), then forget the claims."""
+        if keys:
+            in_background(self._release(list(keys)))
+
+    async def _release(self, keys: list[str]) -> None:
+        try:
+            for key in keys:
+                await self._provider.release_lease(key, self.owner)
+        except Exception as exc:  # best effort: they expire on their own
+            logger.warning("releasing leases %r of %r failed (%s)", keys, self.owner, exc)
+        finally:
+            self._unclaim(keys)
