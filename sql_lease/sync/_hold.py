@@ -17,7 +17,7 @@ from typing import Self, Unpack, cast
 from .._core.contract import AcquireResult
 from .._core.policy import HoldKeywords, Ticket, keyword_terms
 from .._core.validate import Millis
-from .._holding.handoff import check_transfer
+from .._holding.handoff import check_adoptable, check_transfer
 from .._holding.hooks import HOOK_NAMES, Hooks
 from .._holding.record import HoldRecord, HoldState
 from .._holding.renewer import retry_later
@@ -76,6 +76,31 @@ class HeldLease(HoldRecord):
         self._ticket = Ticket(
             terms, renewed=self._renewed, failed=self._renew_failed, gone=self._lose
         )
+        self._adopted: tuple[AcquireResult, float] | None = None
+        self._claimed = False  # True: the caller claimed (key, owner) for this hold
+
+    @classmethod
+    def adopt(
+        cls,
+        provider: SyncLeaseProvider,
+        lifecycle: Lifecycle,
+        result: AcquireResult,
+        key: str,
+        ttl_ms: Millis,
+        *,
+        started: float,
+        claimed: bool = False,
+        **options: Unpack[HoldKeywords],
+    ) -> HeldLease:
+        """A hold of a lease that ``result`` (of an acquire of ``key`` for ``result.owner``
+        with ``ttl_ms``, started at `monotonic` time ``started``) granted: entering renews,
+        leaving releases, as for any hold. ``claimed``: the caller claimed ``(key, owner)``
+        in the provider's lifecycle already (a hold of several keys); this hold takes it."""
+        owner, since = check_adoptable(result, started)
+        held = cls(provider, lifecycle, key, owner, ttl_ms, **options)
+        held._adopted = (result, since)
+        held._claimed = claimed
+        return held
 
     # -- public ---------------------------------------------------------------------------
 
@@ -127,10 +152,13 @@ class HeldLease(HoldRecord):
         if self._state is not HoldState.CREATED:
             raise RuntimeError("a HeldLease can be entered only once")
         provider = self._provider
-        self._life.claim(self.key, self.owner)
+        if not self._claimed:
+            self._life.claim(self.key, self.owner)
         try:
             started = monotonic()
-            if self._wait_ms:
+            if self._adopted is not None:
+                result, started = self._adopted
+            elif self._wait_ms:
                 result, started = self._life.wait_for(provider, self._terms, self._limit)
             else:
                 result = acquirer(provider, self._terms, self._limit)()

@@ -5,7 +5,7 @@ The mixin owns the provider's `Lifecycle` (`_runtime`: renewal thread, waiter hu
 
 from __future__ import annotations
 
-from typing import Any, Unpack, cast
+from typing import Any, Unpack, cast, overload
 
 from .._core.contract import AcquireResult
 from .._core.policy import HoldKeywords, wait_terms
@@ -14,6 +14,7 @@ from .._sqlprovider.forks import closed_error
 from ..backends import Backend
 from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease
+from ._hold_keys import HeldLeases
 from ._renewer import Renewer
 from ._runtime import Lifecycle
 from ._wait import Hub
@@ -57,19 +58,40 @@ class SyncLifecycle:
         """The renewal scheduler (diagnostics: ``ticks``, ``statements``, ``len()``)."""
         return self._life.renewer
 
+    @overload
     def hold(
         self, key: str, owner: str, ttl_ms: Millis, **options: Unpack[HoldKeywords]
-    ) -> HeldLease:
+    ) -> HeldLease: ...
+
+    @overload
+    def hold(
+        self,
+        key: list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        **options: Unpack[HoldKeywords],
+    ) -> HeldLeases: ...
+
+    def hold(
+        self,
+        key: str | list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        **options: Unpack[HoldKeywords],
+    ) -> HeldLease | HeldLeases:
         """Hold ``key`` for a ``with`` block: renewed while inside, released on exit.
 
         Options (keywords; see `HeldLease`): ``renew_every_ms`` (default a third of the TTL),
         ``wait_ms`` (default 0), ``limit`` (a slot of a counting lease), and the hooks
         ``on_acquired``, ``on_renewed``, ``on_lost``, ``on_released``. Raises
         `LeaseNotAcquired` when the key stays taken (after waiting up to ``wait_ms``); on
-        loss sets ``lease.lost`` and raises `LeaseLost` on exit.
+        loss sets ``lease.lost`` and raises `LeaseLost` on exit. ``key`` a list or tuple of
+        keys: hold all of them or none (`HeldLeases`).
         """
         if self._life.closed:
             raise closed_error(self, "hold")
+        if isinstance(key, list | tuple):
+            return HeldLeases(self._as_provider(), self._life, key, owner, ttl_ms, **options)
         return HeldLease(self._as_provider(), self._life, key, owner, ttl_ms, **options)
 
     def wait_for_lease(

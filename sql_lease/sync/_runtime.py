@@ -10,11 +10,12 @@ import threading
 from collections.abc import Callable
 
 from .._core.contract import AcquireResult
+from .._core.counting import AcquireAllResult
 from .._core.policy import HoldTerms
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
-from ._capabilities import SyncLeaseProvider
+from ._capabilities import SyncAllOrNone, SyncLeaseProvider
 from ._renewer import Renewer
-from ._wait import Hub, wait_for
+from ._wait import Hub, wait_all, wait_for
 
 __all__ = ["Lifecycle"]
 
@@ -56,6 +57,12 @@ class Lifecycle:
     ) -> tuple[AcquireResult, float]:
         """`_wait.wait_for` on this provider's waiter hub (checked ``terms``)."""
         return wait_for(provider, self.hub, terms, limit, acquire)
+
+    def wait_all(
+        self, provider: SyncAllOrNone, keys: tuple[str, ...], terms: HoldTerms
+    ) -> tuple[AcquireAllResult, float]:
+        """`_wait.wait_all` on this provider's waiter hub (checked ``keys`` and ``terms``)."""
+        return wait_all(provider, self.hub, keys, terms)
 
     def close(self) -> None:
         """The provider closes: held leases count as lost (left to expire), listening ends."""

@@ -12,16 +12,18 @@ with threads.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from time import monotonic
-from typing import Final
+from typing import Final, cast
 
 from .._core.contract import AcquireResult
-from .._core.policy import HoldTerms, SyncCheckedCalls, acquire_call
+from .._core.counting import AcquireAllResult
+from .._core.policy import HoldTerms, SyncCheckedCalls, acquire_call, wait_terms
 from .._core.waiting import (
     JITTER_S,
     POLL_S,
@@ -33,9 +35,15 @@ from .._core.waiting import (
 )
 from ..backends import SyncListener
 from ..observer import LeaseEventKind, observer_of, report_wait
-from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
+from ._capabilities import (
+    SyncAllOrNone,
+    SyncDatabaseClock,
+    SyncLeaseProvider,
+    SyncWantMarking,
+    Timed,
+)
 
-__all__ = ["POLL_S", "Hub", "acquirer", "wait_for"]
+__all__ = ["POLL_S", "Hub", "acquirer", "wait_all", "wait_for"]
 
 _READY_S: Final = 5.0  # how long to wait for the listener of a provider without a timeout
 
@@ -117,6 +125,48 @@ def acquirer(
         provider, terms, limit, isinstance(provider, SyncCheckedCalls)
     )
     return call
+
+
+def wait_all(
+    provider: SyncAllOrNone,
+    hub: Hub,
+    keys: tuple[str, ...],
+    terms: HoldTerms,
+) -> tuple[AcquireAllResult, float]:
+    """``acquire_leases`` of ``keys`` (checked) for ``terms.owner`` and ``terms.ttl_ms``,
+    waiting up to ``terms.wait_ms`` for all of them, as the async `wait_all`: while refused,
+    wait on the key that blocked (its release, its holder's expiry, the next poll), each
+    attempt taking all keys or none. The last result and the `monotonic` time its attempt
+    started."""
+    owner, ttl_ms = terms.owner, terms.ttl_ms
+    deadline = monotonic() + terms.wait_ms / 1000
+    last: list[tuple[AcquireAllResult, float]] = []
+
+    def attempt() -> AcquireAllResult:
+        started = monotonic()
+        result = provider.acquire_leases(keys, owner, ttl_ms)
+        last[:] = [(result, started)]
+        return result
+
+    result = attempt()
+    while not result.acquired and result.blocked_key is not None:
+        left = math.ceil((deadline - monotonic()) * 1000)
+        if left <= 0:
+            break
+        blocked = result.blocked_key
+
+        def on_blocked(blocked: str = blocked) -> AcquireResult:
+            again = attempt()
+            if again.acquired or again.blocked_key != blocked:
+                return AcquireResult(True, owner)  # done, or another key to wait on
+            lease = provider.get_lease(blocked)  # its expiry: when to look again
+            expiry = None if lease is None else lease.expires_at
+            return AcquireResult(False, again.blocked_by, None, expiry)
+
+        on_key = wait_terms(blocked, owner, ttl_ms, left)
+        wait_for(cast(SyncLeaseProvider, provider), hub, on_key, acquire=on_blocked)
+        result = last[0][0]
+    return last[0]
 
 
 def wait_for(
