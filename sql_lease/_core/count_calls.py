@@ -14,8 +14,8 @@ from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
 from ..capabilities import Renewal
-from ..catalogue import AllRow, CountingStatements, CountRow, name_of
-from ..errors import LeaseLimitMismatchError
+from ..catalogue import AllRow, Catalogue, CountingStatements, CountRow, name_of
+from ..errors import LeaseLimitMismatchError, LeaseValueError
 from .contract import AcquireResult, Lease
 from .counting import RESERVED_OWNER, AcquireAllResult, Grant
 
@@ -23,6 +23,7 @@ __all__ = [
     "Send",
     "acquire_all_steps",
     "count_answer",
+    "counting_of",
     "grant_of",
     "holders_of",
     "is_counting",
@@ -48,6 +49,14 @@ def _soonest(grants: tuple[Grant, ...]) -> Grant:
 def _lease(key: str, grant: Grant) -> Lease:
     owner = name_of(grant.owner, "owner", None)
     return Lease(key, owner, grant.fence, grant.expires_at, grant.acquired_at, grant.metadata)
+
+
+def counting_of(catalogue: Catalogue, title: str) -> CountingStatements:
+    """The catalogue's counting statements; `LeaseValueError` on a backend (``title``)
+    that has none."""
+    if catalogue.counting is None:
+        raise LeaseValueError(f"{title} has no counting leases, metadata or all-or-none calls")
+    return catalogue.counting
 
 
 def count_answer(key: str, k: bytes, o: bytes, limit: int, row: CountRow) -> AcquireResult:

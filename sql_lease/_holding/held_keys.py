@@ -14,15 +14,16 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Self, Unpack, cast
+from typing import Self, Unpack
 
 from .._core.contract import LeaseProvider
 from .._core.policy import keys_terms
 from .._core.validate import Millis
 from ..capabilities import AllOrNone
-from ..errors import LeaseAlreadyHeld, LeaseDatabaseError, LeaseNotAcquired, LeaseTypeError
-from .held import HeldLease, HoldOptions, LeaseHook
-from .hooks import HOOK_NAMES, Hooks, in_background
+from ..errors import LeaseAlreadyHeld, LeaseDatabaseError, LeaseTypeError
+from .held import HeldLease, HoldOptions
+from .hooks import in_background
+from .keys_record import KeysRecord, check_hooks
 from .runtime import runtime_of
 from .wait import wait_all
 
@@ -31,7 +32,7 @@ __all__ = ["HeldLeases"]
 logger = logging.getLogger("sql_lease.hold")
 
 
-class HeldLeases:
+class HeldLeases(KeysRecord[HeldLease]):
     """Several keys held together for the duration of an ``async with`` block (single use).
 
     ``keys``: a list or tuple of distinct keys (a str is one key: `HeldLease`). Entering
@@ -58,51 +59,25 @@ class HeldLeases:
         wait_ms: Millis = 0,
         **options: Unpack[HoldOptions],
     ) -> None:
-        self.keys, terms = keys_terms(keys, owner, ttl_ms, options.get("renew_every_ms"), wait_ms)
+        names, terms = keys_terms(keys, owner, ttl_ms, options.get("renew_every_ms"), wait_ms)
         if not isinstance(options.get("cancel_on_loss", True), bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
-        hooks = {name: options.get(name) for name in HOOK_NAMES}
-        Hooks(self.keys[0], cast(dict[str, LeaseHook | None], hooks))  # callables? (raises)
+        check_hooks(keys[0], options)
         if not isinstance(provider, AllOrNone):
             raise LeaseTypeError(
                 f"a hold of several keys needs acquire_leases, which {provider!r} has not"
             )
-        self.owner, self.ttl_ms = terms.owner, terms.ttl_ms
-        self.renew_every_ms, self._wait_ms = terms.renew_every_ms, terms.wait_ms
+        self._start_record(names, terms)
+        self._wait_ms = terms.wait_ms
         self._provider = provider
         self._options = options
         self._runtime = runtime_of(provider)
-        self._holds: dict[str, HeldLease] = {}
         self._stack = AsyncExitStack()
-        self._entered = False
-
-    @property
-    def holds(self) -> dict[str, HeldLease]:
-        """Each key's `HeldLease` (empty until entered)."""
-        return dict(self._holds)
-
-    @property
-    def fences(self) -> dict[str, int | None]:
-        """Each key's fence (empty until entered)."""
-        return {key: held.fence for key, held in self._holds.items()}
-
-    @property
-    def held(self) -> bool:
-        """True while every key is ours."""
-        return bool(self._holds) and all(held.held for held in self._holds.values())
 
     @property
     def lost(self) -> bool:
         """True once any key was found lost."""
         return any(held.lost for held in self._holds.values())
-
-    @property
-    def lost_reason(self) -> str | None:
-        """Which key was lost first, and why; None while none was."""
-        for key, held in self._holds.items():
-            if held.lost_reason is not None:
-                return f"{key!r}: {held.lost_reason}"
-        return None
 
     async def wait_lost(self) -> bool:
         """Wait until a key is lost (True) or the hold ends otherwise (False)."""
@@ -115,13 +90,8 @@ class HeldLeases:
                     wait.cancel()
         return self.lost
 
-    def __repr__(self) -> str:
-        return f"HeldLeases(keys={self.keys!r}, owner={self.owner!r}, fences={self.fences})"
-
     async def __aenter__(self) -> Self:
-        if self._entered:
-            raise RuntimeError("a HeldLeases can be entered only once")
-        self._entered = True
+        self._enter_once()
         waiting = self._claim_all()
         try:
             result, started = await wait_all(
@@ -136,10 +106,7 @@ class HeldLeases:
                 self._unclaim(waiting)
             raise
         if not result.acquired:
-            self._unclaim(waiting)
-            raise LeaseNotAcquired(
-                result.blocked_key or self.keys[0], self.owner, result.blocked_by, None, None
-            )
+            raise self._refused(result, waiting)
         try:
             for key in self.keys:
                 held = HeldLease.adopt(

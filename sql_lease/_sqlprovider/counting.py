@@ -19,6 +19,7 @@ from .._core.count_calls import (
     Send,
     acquire_all_steps,
     count_answer,
+    counting_of,
     grant_of,
     holders_of,
     is_counting,
@@ -29,7 +30,7 @@ from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant, 
 from .._core.validate import check_keys, check_name, check_ttl
 from ..capabilities import Released, Renewal
 from ..catalogue import CountingStatements
-from ..errors import LeaseForeignRowError, LeaseValueError
+from ..errors import LeaseForeignRowError
 from .batch_senders import CoalescedCalls
 
 __all__ = ["SqlCounting", "check_count_args"]
@@ -41,12 +42,7 @@ class SqlCounting(CoalescedCalls):
     """The counting methods of `SqlLeaseProvider` (a base class)."""
 
     def _counting(self) -> CountingStatements:
-        counting = self._sql.counting
-        if counting is None:
-            raise LeaseValueError(
-                f"{self._backend.title} has no counting leases, metadata or all-or-none calls"
-            )
-        return counting
+        return counting_of(self._sql, self._backend.title)
 
     async def _count_acquire(
         self,

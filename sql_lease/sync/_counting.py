@@ -11,23 +11,14 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._core import count_calls as answers
 from .._core.contract import AcquireResult, Lease
-from .._core.count_calls import (
-    Send,
-    acquire_all_steps,
-    count_answer,
-    grant_of,
-    holders_of,
-    is_counting,
-    renew_misses,
-    renewal_of,
-)
 from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant
 from .._core.validate import check_keys, check_name, check_ttl
 from ..backends import Backend
 from ..capabilities import Released, Renewal
 from ..catalogue import Catalogue, CountingStatements
-from ..errors import LeaseForeignRowError, LeaseValueError
+from ..errors import LeaseForeignRowError
 
 __all__ = ["SyncCounting"]
 
@@ -49,12 +40,7 @@ class SyncCounting:
         def get_lease_owner(self, key: str) -> str | None: ...
 
     def _counting(self) -> CountingStatements:
-        counting = self._sql.counting
-        if counting is None:
-            raise LeaseValueError(
-                f"{self._backend.title} has no counting leases, metadata or all-or-none calls"
-            )
-        return counting
+        return answers.counting_of(self._sql, self._backend.title)
 
     def _count_acquire(
         self, key: str, k: bytes, o: bytes, ttl: int, checked: tuple[int, bytes | None, bool | None]
@@ -63,7 +49,7 @@ class SyncCounting:
         limit, data, is_str = checked
         statement = self._counting().acquire
         rows = self._run("acquire_lease", True, statement.sql, (k, o, ttl, limit, data, is_str))
-        return count_answer(key, k, o, limit, statement.decode(rows[0]))
+        return answers.count_answer(key, k, o, limit, statement.decode(rows[0]))
 
     def get_lease_holders(self, key: str) -> list[Lease]:
         """The live holders of ``key``, oldest grant first, each with its fence, times and
@@ -71,7 +57,7 @@ class SyncCounting:
         k = check_name("key", key)
         statement = self._counting().holders
         rows = self._run("get_lease_holders", False, statement.sql, (k,))
-        return holders_of(key, statement.decode(rows[0])) if rows else []
+        return answers.holders_of(key, statement.decode(rows[0])) if rows else []
 
     def _count_lease(
         self, key: str, stored_owner: bytes, error: LeaseForeignRowError
@@ -95,7 +81,7 @@ class SyncCounting:
             return None
         statement = self._sql.counting.renew
         rows = self._run("renew_lease", True, statement.sql, (k, o, ttl))
-        return grant_of(statement.decode(rows[0]), o) if rows else None
+        return answers.grant_of(statement.decode(rows[0]), o) if rows else None
 
     def _count_transfer(
         self, args: tuple[bytes, bytes, bytes, int], data: bytes | None, is_str: bool | None
@@ -106,25 +92,25 @@ class SyncCounting:
             return None
         statement = self._sql.counting.transfer
         rows = self._run("transfer_lease", True, statement.sql, (*args, data, is_str))
-        return grant_of(statement.decode(rows[0]), args[2]) if rows else None
+        return answers.grant_of(statement.decode(rows[0]), args[2]) if rows else None
 
     def _renew_misses(
         self, renewed: list[Renewal | None], pairs: list[tuple[bytes, bytes]], ttl: int
     ) -> list[Renewal | None]:
         """A batched renewal's misses that are grants of counting rows, renewed."""
-        misses = renew_misses(self._sql.counting, renewed, pairs)
+        misses = answers.renew_misses(self._sql.counting, renewed, pairs)
         if not misses:
             return renewed
-        got = {pair: renewal_of(self._count_renew(*pair, ttl)) for pair in misses}
+        got = {pair: answers.renewal_of(self._count_renew(*pair, ttl)) for pair in misses}
         return [got.get(p) if r is None else r for p, r in zip(pairs, renewed, strict=True)]
 
     def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
         """Listed rows with each counting key as its live grants."""
-        if not any(is_counting(lease) for lease in leases):
+        if not any(answers.is_counting(lease) for lease in leases):
             return leases
         out: list[Lease] = []
         for lease in leases:
-            out.extend(self.get_lease_holders(lease.key) if is_counting(lease) else [lease])
+            out.extend(self.get_lease_holders(lease.key) if answers.is_counting(lease) else [lease])
         return out
 
     def acquire_leases(self, keys: Iterable[str], owner: str, ttl_ms: int) -> AcquireAllResult:
@@ -135,7 +121,8 @@ class SyncCounting:
         stored = check_keys(keys, MAX_KEYS)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
-        result, ask = self._steps(acquire_all_steps(self._counting(), stored, o, owner, ttl))
+        steps = answers.acquire_all_steps(self._counting(), stored, o, owner, ttl)
+        result, ask = self._steps(steps)
         if ask is not None:  # a counting row's (or an unknown) holder: its oldest
             result = AcquireAllResult(False, {}, ask, self.get_lease_owner(ask))
         return result
@@ -150,7 +137,7 @@ class SyncCounting:
         args = (*counting.keys_args(stored), o)
         return len(self._run("release_leases", True, statement.sql, args))
 
-    def _steps(self, steps: Generator[Send, Rows, T]) -> T:
+    def _steps(self, steps: Generator[answers.Send, Rows, T]) -> T:
         """Run the statements of a counting call's ``steps``; its result."""
         rows: Any = None
         try:

@@ -22,7 +22,7 @@ from .._holding.hooks import HOOK_NAMES, Hooks
 from .._holding.record import HoldRecord, HoldState
 from .._holding.renewer import retry_later
 from ..capabilities import Renewal
-from ..errors import LeaseDatabaseError, LeaseNotAcquired
+from ..errors import LeaseDatabaseError, LeaseNotAcquired, LeaseValueError
 from ..observer import LeaseEventKind
 from ._capabilities import SyncLeaseProvider
 from ._runtime import Lifecycle
@@ -79,28 +79,18 @@ class HeldLease(HoldRecord):
         self._adopted: tuple[AcquireResult, float] | None = None
         self._claimed = False  # True: the caller claimed (key, owner) for this hold
 
-    @classmethod
-    def adopt(
-        cls,
-        provider: SyncLeaseProvider,
-        lifecycle: Lifecycle,
-        result: AcquireResult,
-        key: str,
-        ttl_ms: Millis,
-        *,
-        started: float,
-        claimed: bool = False,
-        **options: Unpack[HoldKeywords],
-    ) -> HeldLease:
-        """A hold of a lease that ``result`` (of an acquire of ``key`` for ``result.owner``
-        with ``ttl_ms``, started at `monotonic` time ``started``) granted: entering renews,
-        leaving releases, as for any hold. ``claimed``: the caller claimed ``(key, owner)``
-        in the provider's lifecycle already (a hold of several keys); this hold takes it."""
+    def adopting(self, result: AcquireResult, started: float, *, claimed: bool = False) -> Self:
+        """This hold (not entered yet) made the hold of the lease that ``result`` (an acquire
+        of this key for this owner with this TTL, started at `monotonic` time ``started``)
+        granted: entering renews, leaving releases, as for any hold. ``claimed``: the caller
+        claimed (key, owner) in the provider's lifecycle already (a hold of several keys);
+        this hold takes the claim over. Returns this hold."""
         owner, since = check_adoptable(result, started)
-        held = cls(provider, lifecycle, key, owner, ttl_ms, **options)
-        held._adopted = (result, since)
-        held._claimed = claimed
-        return held
+        if owner != self.owner or self._state is not HoldState.CREATED:
+            raise LeaseValueError(f"{result!r} is no lease of {self.owner!r} to adopt here")
+        self._adopted = (result, since)
+        self._claimed = claimed
+        return self
 
     # -- public ---------------------------------------------------------------------------
 

@@ -12,16 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import ExitStack
-from types import TracebackType
-from typing import Self, Unpack, cast
+from typing import Any, Self, Unpack
 
 from .._core.counting import check_hold_keys
 from .._core.policy import HoldKeywords, keyword_terms
 from .._core.validate import Millis
-from .._holding.hooks import HOOK_NAMES, Hooks
-from ..errors import LeaseDatabaseError, LeaseNotAcquired, LeaseTypeError
+from .._holding.keys_record import KeysRecord, check_hooks
+from ..errors import LeaseDatabaseError, LeaseTypeError
 from ._capabilities import SyncAllOrNone, SyncLeaseProvider
-from ._hold import HeldLease, LeaseHook
+from ._hold import HeldLease
 from ._runtime import Lifecycle
 
 __all__ = ["HeldLeases"]
@@ -29,20 +28,11 @@ __all__ = ["HeldLeases"]
 logger = logging.getLogger("sql_lease.hold")
 
 
-class HeldLeases:
-    """Several keys held together for the duration of a ``with`` block (single use).
-
-    ``keys``: a list or tuple of distinct keys (a str is one key: `HeldLease`). Entering
-    acquires all of them or raises `LeaseNotAcquired` naming the key that blocked (after
-    waiting up to ``wait_ms`` for all of them); `LeaseAlreadyHeld` when another hold of the
-    provider holds one of them for ``owner``. Inside, each key is an adopted `HeldLease`
-    (``holds``) renewed by the provider's renewal thread; when one is lost, ``lost`` (an
-    `Event`) is set and ``check()`` and the block's exit raise `LeaseLost`. Leaving releases
-    every key. The options (``renew_every_ms``, the hooks) apply to each key's hold (a hook is
-    called with that key's `HeldLease`).
-
-    Attributes: ``keys`` (as given), ``owner``, ``ttl_ms``, ``renew_every_ms``; ``fences``
-    (each key's fence), ``holds``, ``lost`` and ``lost_reason``.
+class HeldLeases(KeysRecord[HeldLease]):
+    """The keys of a ``with`` block (single use), all or none, as the async
+    `sql_lease.HeldLeases` holds them for ``async with``: the same keys, options, errors and
+    attributes, except that a thread is not cancelled on loss: ``lost`` (an `Event`) is set,
+    and ``check()`` and the block's exit raise `LeaseLost` (unless the body raised).
     """
 
     def __init__(
@@ -54,16 +44,14 @@ class HeldLeases:
         ttl_ms: Millis,
         **options: Unpack[HoldKeywords],
     ) -> None:
-        self.keys = check_hold_keys(keys, options.get("limit", 1))
-        terms = keyword_terms(self.keys[0], owner, ttl_ms, options)  # unknown keywords too
-        hooks = {name: options.get(name) for name in HOOK_NAMES}
-        Hooks(self.keys[0], cast(dict[str, LeaseHook | None], hooks))  # callables? (raises)
+        names = check_hold_keys(keys, options.get("limit", 1))
+        terms = keyword_terms(names[0], owner, ttl_ms, options)  # unknown keywords too
+        check_hooks(names[0], options)
         if not isinstance(provider, SyncAllOrNone):
             raise LeaseTypeError(
                 f"a hold of several keys needs acquire_leases, which {provider!r} has not"
             )
-        self.owner, self.ttl_ms = terms.owner, terms.ttl_ms
-        self.renew_every_ms = terms.renew_every_ms
+        self._start_record(names, terms)
         self._terms = terms
         self._provider = provider
         self._life = lifecycle
@@ -76,46 +64,16 @@ class HeldLeases:
 
         self._options: HoldKeywords = {**options, "on_lost": on_lost, "wait_ms": 0}
         self._options.pop("limit", None)
-        self._holds: dict[str, HeldLease] = {}
         self._stack = ExitStack()
-        self._entered = False
         self.lost = threading.Event()
-
-    @property
-    def holds(self) -> dict[str, HeldLease]:
-        """Each key's `HeldLease` (empty until entered)."""
-        return dict(self._holds)
-
-    @property
-    def fences(self) -> dict[str, int | None]:
-        """Each key's fence (empty until entered)."""
-        return {key: held.fence for key, held in self._holds.items()}
-
-    @property
-    def held(self) -> bool:
-        """True while every key is ours."""
-        return bool(self._holds) and all(held.held for held in self._holds.values())
-
-    @property
-    def lost_reason(self) -> str | None:
-        """Which key was lost first, and why; None while none was."""
-        for key, held in self._holds.items():
-            if held.lost_reason is not None:
-                return f"{key!r}: {held.lost_reason}"
-        return None
 
     def check(self) -> None:
         """Raise `LeaseLost` if a key was lost (call it between steps of long work)."""
         for held in self._holds.values():
             held.check()
 
-    def __repr__(self) -> str:
-        return f"HeldLeases(keys={self.keys!r}, owner={self.owner!r}, fences={self.fences})"
-
     def __enter__(self) -> Self:
-        if self._entered:
-            raise RuntimeError("a HeldLeases can be entered only once")
-        self._entered = True
+        self._enter_once()
         waiting = self._claim_all()
         try:
             result, started = self._life.wait_all(self._provider, self.keys, self._terms)
@@ -127,22 +85,12 @@ class HeldLeases:
             self._unclaim(waiting)
             raise
         if not result.acquired:
-            self._unclaim(waiting)
-            raise LeaseNotAcquired(
-                result.blocked_key or self.keys[0], self.owner, result.blocked_by, None, None
-            )
+            raise self._refused(result, waiting)
         try:
             for key in self.keys:
-                held = HeldLease.adopt(
-                    self._provider,
-                    self._life,
-                    result.leases[key],
-                    key,
-                    self.ttl_ms,
-                    started=started,
-                    claimed=True,
-                    **self._options,
-                )
+                held = HeldLease(
+                    self._provider, self._life, key, self.owner, self.ttl_ms, **self._options
+                ).adopting(result.leases[key], started, claimed=True)
                 waiting.remove(key)  # its hold has the claim now, and releases the key
                 self._stack.enter_context(held)
                 self._holds[key] = held
@@ -153,14 +101,9 @@ class HeldLeases:
             raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         # Each key's hold leaves as a one-key hold does (a lost one raises `LeaseLost`).
-        self._stack.__exit__(exc_type, exc, tb)
+        self._stack.__exit__(*exc_info)
 
     def _claim_all(self) -> list[str]:
         claimed: list[str] = []
