@@ -78,7 +78,7 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
                 method = getattr(self, name)
                 setattr(self, name, timed_operation(observer, "memory", operation, method))
             observed = observed_acquire(observer, self.acquire_lease)
-            self.acquire_lease = observed  # type: ignore[method-assign,assignment]
+            self.acquire_lease = observed  # type: ignore[method-assign]
         self._clock = clock
         self._leases: dict[str, _Entry] = {}
         self._slots = Slots()
