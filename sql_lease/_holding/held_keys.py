@@ -57,12 +57,14 @@ class HeldLeases(KeysRecord[HeldLease]):
         ttl_ms: Millis,
         *,
         wait_ms: Millis = 0,
+        limit: int = 1,
         **options: Unpack[HoldOptions],
     ) -> None:
-        names, terms = keys_terms(keys, owner, ttl_ms, options.get("renew_every_ms"), wait_ms)
+        every = options.get("renew_every_ms")
+        names, terms = keys_terms(keys, owner, ttl_ms, every, wait_ms, limit)  # limit: 1 only
         if not isinstance(options.get("cancel_on_loss", True), bool):
             raise LeaseTypeError("cancel_on_loss must be a bool")
-        check_hooks(keys[0], options)
+        check_hooks(names[0], options)
         if not isinstance(provider, AllOrNone):
             raise LeaseTypeError(
                 f"a hold of several keys needs acquire_leases, which {provider!r} has not"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Unpack, cast, overload
 
 from .._core.contract import AcquireResult, LeaseProvider
-from .._core.counting import check_hold_keys
 from .._core.validate import Millis
 from .._sqlprovider.forks import closed_error
 from .held import HeldLease, HoldArgs
@@ -67,9 +66,7 @@ class LeaseLifecycle(RuntimeOwner):
             raise closed_error(self, "hold")
         provider = cast(LeaseProvider, self)  # our provider classes implement the contract
         if isinstance(key, list | tuple):
-            rest = dict(options)
-            check_hold_keys(key, rest.pop("limit", 1))  # several keys: plain leases only
-            return HeldLeases(provider, key, owner, ttl_ms, **rest)  # type: ignore[arg-type]
+            return HeldLeases(provider, key, owner, ttl_ms, **options)
         return HeldLease(provider, key, owner, ttl_ms, **options)
 
     async def wait_for_lease(

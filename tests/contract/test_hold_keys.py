@@ -76,10 +76,12 @@ async def test_wait_ms_runs_out_and_takes_none(provider: Any) -> None:
 async def test_losing_one_key_loses_the_whole_hold(provider: Any) -> None:
     reached_end = False
     hold = provider.hold(KEYS, "me", 300)
+    lost_seen: list[asyncio.Task[bool]] = []
 
     async def body() -> None:
         nonlocal reached_end
         async with hold:
+            lost_seen.append(asyncio.create_task(hold.wait_lost()))
             assert await provider.force_release("k:a")
             await provider.acquire_lease("k:a", "thief", LONG)
             await asyncio.sleep(5)  # cancelled by the loss, long before this ends
@@ -87,6 +89,7 @@ async def test_losing_one_key_loses_the_whole_hold(provider: Any) -> None:
 
     with pytest.raises(LeaseLost) as caught:
         await body()
+    assert await asyncio.wait_for(lost_seen[0], 5)  # wait_lost saw the loss
     held = hold
     assert not reached_end
     assert caught.value.key == "k:a"
