@@ -297,11 +297,13 @@ class SqlLeaseProvider(SyncCounting, SyncLifecycle, SyncHome, ForkAware, Provide
     def transfer_lease(
         self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis, *, metadata: Metadata = None
     ) -> bool:
-        """As the async provider's: ``metadata`` replaces the lease's when given."""
-        if metadata is None:
-            return self.transfer(key, from_owner, to_owner, ttl_ms) is not None
+        """As the async provider's: ``metadata`` replaces the lease's when given; a plain
+        transfer that matched nothing tries the owner's grant of a counting row."""
         args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
-        return self._count_transfer(args, *check_count_args(1, metadata)[1:]) is not None
+        if metadata is not None:
+            return self._count_transfer(args, *check_count_args(1, metadata)[1:]) is not None
+        rows = self._run("transfer_lease", True, self._sql.transfer.sql, args)
+        return bool(rows) or self._count_transfer(args, None, None) is not None
 
     # -- forms that return what the statement reports (database time) --------------------
 
@@ -325,9 +327,7 @@ class SqlLeaseProvider(SyncCounting, SyncLifecycle, SyncHome, ForkAware, Provide
         statement = self._sql.transfer
         args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
         rows = self._run("transfer_lease", True, statement.sql, args)
-        if rows:
-            return statement.decode(rows[0])
-        return renewal_of(self._count_transfer(args, None, None))  # a grant of a counting row?
+        return statement.decode(rows[0]) if rows else None  # plain only, as the async form
 
     # -- extensions ----------------------------------------------------------------------
 

@@ -84,8 +84,9 @@ def test_the_reporting_forms_see_grants_of_counting_keys(sql_counting_provider: 
     granted = p.acquire_lease("sem", "a", LONG, limit=2)
     renewal = p.renew("sem", "a", LONG)
     assert renewal is not None and renewal.fence == granted.fence
-    moved = p.transfer("sem", "a", "b", LONG)
-    assert moved is not None and moved.fence > granted.fence
+    assert p.transfer_lease("sem", "a", "b", LONG)
+    [moved] = p.get_lease_holders("sem")
+    assert moved.owner == "b" and moved.fence > granted.fence
     released = p.release("sem", "b")
     assert released is not None and released.fence == moved.fence
     assert p.release("sem", "b") is None
