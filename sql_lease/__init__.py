@@ -8,6 +8,7 @@ from ._core.contract import AcquireResult, ForeignLease, Lease, LeaseProvider, i
 from ._core.counting import AcquireAllResult
 from ._exclusive import exclusive
 from ._holding.held import HeldLease, LeaseHook
+from ._holding.held_keys import HeldLeases
 from ._memory import InMemoryLeaseProvider
 from ._noop import NOOP_LEASE_PROVIDER, NoopLeaseProvider, lease_provider_or_noop
 from ._sqlprovider.provider import SqlLeaseProvider
@@ -44,6 +45,7 @@ __all__ = [
     "Coordinator",
     "ForeignLease",
     "HeldLease",
+    "HeldLeases",
     "Holder",
     "InMemoryLeaseProvider",
     "Lease",

@@ -78,7 +78,7 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
                 method = getattr(self, name)
                 setattr(self, name, timed_operation(observer, "memory", operation, method))
             observed = observed_acquire(observer, self.acquire_lease)
-            self.acquire_lease = observed  # type: ignore[method-assign,assignment]
+            self.acquire_lease = observed  # type: ignore[method-assign]
         self._clock = clock
         self._leases: dict[str, _Entry] = {}
         self._slots = Slots()
@@ -327,13 +327,18 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
         with self._lock:
             now = self._clock()
             found = []
-            for key in sorted(self._leases, key=lambda k: k.encode()):
+            rows = 0
+            names = set(self._leases).union(self._slots.names())
+            for key in sorted(names, key=lambda k: k.encode()):
                 if prefix is not None and not key.startswith(prefix):
                     continue
                 if floor is not None and key.encode() <= floor:
                     continue
                 entry = self._live(key, now)
-                if entry is not None:
+                grants = self._slots.live(key, now)  # a counting key: one row, each grant
+                if grants is not None:
+                    found += [self._slot_lease(key, o, s) for o, s in grants.ordered()]
+                elif entry is not None:
                     found.append(
                         Lease(
                             key,
@@ -343,8 +348,11 @@ class InMemoryLeaseProvider(MemoryCounting, LeaseLifecycle):
                             self._wall(entry.acquired),
                         )
                     )
-                    if len(found) == count:
-                        break
+                else:
+                    continue
+                rows += 1
+                if rows == count:
+                    break
             return found
 
     async def purge_expired(

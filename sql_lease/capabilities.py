@@ -13,13 +13,16 @@ provider with an observer) lives in `sql_lease.observer` and is re-exported here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from ._core.contract import Lease
+from ._core.counting import AcquireAllResult
 from .observer import Observed
 
 __all__ = [
+    "AllOrNone",
     "BatchRenewal",
     "DatabaseClock",
     "Holder",
@@ -64,6 +67,21 @@ class BatchRenewal(Protocol):
     ) -> list[Renewal | None]:
         """Renew each ``(key, owner)`` with ``ttl_ms``; per item, in order, its `Renewal` or
         None when that owner no longer holds that key."""
+        ...
+
+
+@runtime_checkable
+class AllOrNone(Protocol):
+    """Takes several keys at once, all or none (what a hold of several keys needs)."""
+
+    async def acquire_leases(
+        self, keys: Iterable[str], owner: str, ttl_ms: int
+    ) -> AcquireAllResult:
+        """Every key for ``owner``, or none (naming the key that blocked)."""
+        ...
+
+    async def get_lease(self, key: str) -> Lease | None:
+        """The live lease of ``key`` (its expiry: when a blocked hold looks again)."""
         ...
 
 

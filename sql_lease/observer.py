@@ -296,7 +296,7 @@ def timed_operation(
 # -- acquire outcomes and waits (contention) --------------------------------------------------
 
 
-Acquire = Callable[[str, str, Millis], Coroutine[Any, Any, AcquireResult]]
+Acquire = Callable[..., Coroutine[Any, Any, AcquireResult]]  # key, owner, ttl_ms, **counting
 
 
 def observed_acquire(observer: LeaseObserver, method: Acquire) -> Acquire:
@@ -308,10 +308,10 @@ def observed_acquire(observer: LeaseObserver, method: Acquire) -> Acquire:
     """
 
     @wraps(method)
-    async def acquire_lease(key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+    async def acquire_lease(key: str, owner: str, ttl_ms: Millis, **counting: Any) -> AcquireResult:
         started = perf_counter()
         try:
-            result = await method(key, owner, ttl_ms)
+            result = await method(key, owner, ttl_ms, **counting)  # limit=, metadata=: as given
         except _BEFORE_IO:
             raise
         except BaseException as exc:

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, NamedTuple, TypeAlias
 
+from ..errors import LeaseTypeError, LeaseValueError
 from .contract import AcquireResult
-from .validate import check_limit, check_metadata
+from .validate import check_limit, check_metadata, check_name
 
 __all__ = [
     "EPOCH",
@@ -31,6 +32,7 @@ __all__ = [
     "Grant",
     "Metadata",
     "check_count_args",
+    "check_hold_keys",
     "grants_of",
     "micros",
 ]
@@ -112,3 +114,24 @@ def check_count_args(limit: object, metadata: object) -> tuple[int, bytes | None
     n = check_limit(limit, "limit", MAX_LIMIT)
     data, is_str = check_metadata(metadata, MAX_METADATA_BYTES)
     return n, data, is_str
+
+
+def check_hold_keys(keys: object, limit: object = 1) -> tuple[str, ...]:
+    """The keys of a hold of several keys, before any I/O: a list or tuple (never a str) of 1
+    to `MAX_KEYS` distinct keys, each a valid key, in the order given; ``limit`` must be 1
+    (the keys are taken as plain leases, all or none)."""
+    if not isinstance(keys, list | tuple):
+        raise LeaseTypeError(f"keys must be a str or a list or tuple of str, not {keys!r}")
+    if not keys:
+        raise LeaseValueError("keys must not be empty")
+    if len(keys) > MAX_KEYS:
+        raise LeaseValueError(f"at most {MAX_KEYS} keys at once, not {len(keys)}")
+    seen: set[bytes] = set()
+    for key in keys:
+        stored = check_name("key", key)
+        if stored in seen:
+            raise LeaseValueError(f"key {key!r} is given twice")
+        seen.add(stored)
+    if limit != 1 or type(limit) is not int:
+        raise LeaseValueError("a hold of several keys takes plain leases: leave limit=1")
+    return tuple(keys)

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Protocol, TypedDict, runtime_checkable
 
 from ..capabilities import Renewal
 from ..errors import LeaseValueError
 from .contract import AcquireResult
+from .counting import check_hold_keys
 from .validate import Millis, check_millis, check_name, check_ttl
 
 __all__ = [
@@ -35,9 +37,11 @@ __all__ = [
     "HoldTerms",
     "SyncCheckedCalls",
     "Ticket",
+    "acquire_call",
     "due_groups",
     "fence_moved",
     "hold_terms",
+    "keys_terms",
     "keyword_terms",
     "renew_interval",
     "wait_terms",
@@ -102,6 +106,7 @@ class HoldKeywords(TypedDict, total=False):
     on_renewed: Callable[[Any], object] | None
     on_lost: Callable[[Any], object] | None
     on_released: Callable[[Any], object] | None
+    limit: int
 
 
 _KEYWORDS: Final = frozenset(HoldKeywords.__annotations__)
@@ -113,6 +118,19 @@ def keyword_terms(key: str, owner: str, ttl_ms: Millis, options: HoldKeywords) -
     if unknown:
         raise TypeError(f"hold() got an unexpected keyword argument {unknown[0]!r}")
     return hold_terms(key, owner, ttl_ms, options.get("renew_every_ms"), options.get("wait_ms", 0))
+
+
+def acquire_call(provider: Any, terms: HoldTerms, limit: int, checked: bool) -> Any:
+    """The acquire of checked ``terms`` (async or sync: the caller awaits or not): ``limit``
+    other than 1, a slot of a counting lease (``acquire_lease(..., limit=)``, which checks
+    it); else, on our providers (``checked``: `CheckedCalls`/`SyncCheckedCalls`), the checked
+    values as they are; others get ``acquire_lease``."""
+    if limit != 1 or type(limit) is not int:
+        return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms, limit=limit)
+    if checked and "acquire_lease" not in vars(provider):
+        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
+        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
+    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
 
 
 def renew_interval(ttl_ms: int, renew_every_ms: Millis | None) -> int:
@@ -139,6 +157,20 @@ def hold_terms(
     ttl = check_ttl(ttl_ms)
     every = renew_interval(ttl, renew_every_ms)
     return HoldTerms(key, owner, k, o, ttl, every, check_millis("wait_ms", wait_ms))
+
+
+def keys_terms(
+    keys: object,
+    owner: str,
+    ttl_ms: Millis,
+    renew_every_ms: Millis | None,
+    wait_ms: Millis,
+    limit: object = 1,
+) -> tuple[tuple[str, ...], HoldTerms]:
+    """A hold of several keys' arguments checked, once, before any I/O: the keys
+    (`check_hold_keys`) and the terms every key's hold shares (those of the first)."""
+    names = check_hold_keys(keys, limit)
+    return names, hold_terms(names[0], owner, ttl_ms, renew_every_ms, wait_ms)
 
 
 def wait_terms(key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis) -> HoldTerms:

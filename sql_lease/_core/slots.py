@@ -60,6 +60,10 @@ class Slots:
     def __init__(self) -> None:
         self._keys: dict[str, Grants] = {}
 
+    def names(self) -> list[str]:
+        """The keys that have (or had, until pruned) grants."""
+        return list(self._keys)
+
     def live(self, key: str, now: float) -> Grants | None:
         """The key's grants, pruned; None (and forgotten) when none is live."""
         grants = self._keys.get(key)

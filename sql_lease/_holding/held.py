@@ -38,7 +38,7 @@ from .record import HoldRecord, HoldState
 from .runtime import runtime_of
 from .wait import acquirer, wait_checked
 
-__all__ = ["HeldLease", "HoldOptions", "LeaseHook"]
+__all__ = ["HeldLease", "HoldArgs", "HoldOptions", "LeaseHook"]
 
 #: The events that end a hold: they carry how long the lease was held.
 _ENDS = frozenset({LeaseEventKind.RELEASED, LeaseEventKind.LOST, LeaseEventKind.TRANSFERRED})
@@ -58,6 +58,13 @@ class HoldOptions(TypedDict, total=False):
     on_renewed: LeaseHook | None
     on_lost: LeaseHook | None
     on_released: LeaseHook | None
+
+
+class HoldArgs(HoldOptions, total=False):
+    """Every keyword option of ``provider.hold(...)``."""
+
+    wait_ms: Millis
+    limit: int
 
 
 class HeldLease(HoldRecord):
@@ -140,17 +147,21 @@ class HeldLease(HoldRecord):
         ttl_ms: Millis,
         *,
         started: float,
+        claimed: bool = False,
         **options: Unpack[HoldOptions],
     ) -> HeldLease:
         """A hold of a lease that ``result`` (of an acquire or transfer of ``key`` for
         ``result.owner`` with ``ttl_ms``, started at event-loop time ``started``) granted.
 
         Entering it does not acquire: it renews (the lease counts as lost at ``started`` plus
-        the TTL unless renewed by then) and leaving releases, as for any hold.
+        the TTL unless renewed by then) and leaving releases, as for any hold. ``claimed``:
+        the caller claimed ``(key, owner)`` in the provider's runtime already (a hold of
+        several keys claims them all before it acquires); this hold takes the claim over.
         """
         owner, since = check_adoptable(result, started)
         held = cls(provider, key, owner, ttl_ms, **options)
         held._adopted = (result, since)
+        held._claimed = claimed
         return held
 
     # -- public ---------------------------------------------------------------------------
@@ -207,7 +218,7 @@ class HeldLease(HoldRecord):
             raise RuntimeError("hold() must be used inside an asyncio task")
         loop = asyncio.get_running_loop()
         self._task = task
-        if not self._runtime.claim(self.key, self.owner):
+        if not self._claimed and not self._runtime.claim(self.key, self.owner):
             self._state = HoldState.EXITED
             raise LeaseAlreadyHeld(self.key, self.owner)
         self._claimed = True

@@ -6,12 +6,13 @@ waiter hub, claims), made on first use; the provider's ``aclose`` calls `_close_
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Unpack, cast, overload
 
 from .._core.contract import AcquireResult, LeaseProvider
 from .._core.validate import Millis
 from .._sqlprovider.forks import closed_error
-from .held import HeldLease, LeaseHook
+from .held import HeldLease, HoldArgs
+from .held_keys import HeldLeases
 from .runtime import RuntimeOwner
 from .wait import wait_for_lease
 
@@ -29,45 +30,44 @@ class LeaseLifecycle(RuntimeOwner):
         """True once ``aclose`` was called: every call then raises `LeaseClosedError`."""
         return self._closed
 
+    @overload
+    def hold(
+        self, key: str, owner: str, ttl_ms: Millis, **options: Unpack[HoldArgs]
+    ) -> HeldLease: ...
+
+    @overload
     def hold(
         self,
-        key: str,
+        key: list[str] | tuple[str, ...],
         owner: str,
         ttl_ms: Millis,
-        *,
-        renew_every_ms: Millis | None = None,
-        wait_ms: Millis = 0,
-        cancel_on_loss: bool = True,
-        on_acquired: LeaseHook | None = None,
-        on_renewed: LeaseHook | None = None,
-        on_lost: LeaseHook | None = None,
-        on_released: LeaseHook | None = None,
-        limit: int = 1,
-    ) -> HeldLease:
+        **options: Unpack[HoldArgs],
+    ) -> HeldLeases: ...
+
+    def hold(
+        self,
+        key: str | list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        **options: Unpack[HoldArgs],
+    ) -> HeldLease | HeldLeases:
         """Hold ``key`` for an ``async with`` block: renewed while inside, released on exit.
 
-        See `HeldLease`: raises `LeaseNotAcquired` when the key stays taken (after waiting up
-        to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds ``key``
-        for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is lost.
-        Durations are ints of milliseconds or `timedelta` values. ``limit=N``: hold a slot of
-        a counting lease (see `acquire_lease`).
+        See `HeldLease` for the keyword options (``renew_every_ms``, ``wait_ms``,
+        ``cancel_on_loss``, ``limit``, the hooks ``on_acquired``, ``on_renewed``, ``on_lost``,
+        ``on_released``): raises `LeaseNotAcquired` when the key stays taken (after waiting
+        up to ``wait_ms``), `LeaseAlreadyHeld` when another hold of this provider holds
+        ``key`` for ``owner``, and `LeaseLost` (after cancelling the body) when the lease is
+        lost. Durations are ints of milliseconds or `timedelta` values. ``limit=N``: hold a
+        slot of a counting lease (see `acquire_lease`). ``key`` a list or tuple of keys: hold
+        all of them or none (`HeldLeases`).
         """
         if self._closed:
             raise closed_error(self, "hold")
-        return HeldLease(
-            cast(LeaseProvider, self),  # our provider classes implement the contract
-            key,
-            owner,
-            ttl_ms,
-            renew_every_ms=renew_every_ms,
-            wait_ms=wait_ms,
-            cancel_on_loss=cancel_on_loss,
-            on_acquired=on_acquired,
-            on_renewed=on_renewed,
-            on_lost=on_lost,
-            on_released=on_released,
-            limit=limit,
-        )
+        provider = cast(LeaseProvider, self)  # our provider classes implement the contract
+        if isinstance(key, list | tuple):
+            return HeldLeases(provider, key, owner, ttl_ms, **options)
+        return HeldLease(provider, key, owner, ttl_ms, **options)
 
     async def wait_for_lease(
         self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis, limit: int = 1

@@ -22,16 +22,17 @@ performs its steps with asyncio.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import Any
+from typing import cast
 
 from .._core.contract import AcquireResult, LeaseProvider
-from .._core.policy import CheckedCalls, HoldTerms, wait_terms
+from .._core.counting import AcquireAllResult
+from .._core.policy import CheckedCalls, HoldTerms, acquire_call, wait_terms
 from .._core.validate import Millis
 from .._core.waiting import JITTER_S, POLL_S, StepKind, advance, wait_steps, wake_at
-from ..capabilities import WantMarking
+from ..capabilities import AllOrNone, WantMarking
 from ..errors import LeaseClosedError
 from ..observer import (
     LeaseEventKind,
@@ -43,7 +44,18 @@ from ..observer import (
 from .hub import Hub, Waiter
 from .runtime import runtime_of
 
-__all__ = ["POLL_S", "acquirer", "hub_for", "wait_checked", "wait_for", "wait_for_lease"]
+__all__ = [
+    "POLL_S",
+    "acquirer",
+    "hub_for",
+    "wait_all",
+    "wait_checked",
+    "wait_for",
+    "wait_for_lease",
+]
+
+#: One try of a waiter: an acquire (of a key, or of every key of a hold).
+Attempt = Callable[[], Awaitable[AcquireResult]]
 
 
 def hub_for(provider: LeaseProvider) -> Hub:
@@ -57,13 +69,10 @@ def acquirer(
     """The acquire of checked ``terms``: our providers take them as they are (`CheckedCalls`),
     others get ``acquire_lease``; ``limit`` other than 1: a slot of a counting lease (our
     providers' ``acquire_lease(..., limit=)``, which checks it)."""
-    if limit != 1 or type(limit) is not int:
-        counting: Any = provider.acquire_lease
-        return partial(counting, terms.key, terms.owner, terms.ttl_ms, limit=limit)
-    if isinstance(provider, CheckedCalls) and "acquire_lease" not in vars(provider):
-        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
-        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
-    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+    call: Callable[[], Awaitable[AcquireResult]] = acquire_call(
+        provider, terms, limit, isinstance(provider, CheckedCalls)
+    )
+    return call
 
 
 async def wait_for(
@@ -79,24 +88,63 @@ async def wait_for(
 
 
 async def wait_checked(
-    provider: LeaseProvider, terms: HoldTerms, limit: int = 1
+    provider: LeaseProvider, terms: HoldTerms, limit: int = 1, acquire: Attempt | None = None
 ) -> tuple[AcquireResult, float]:
     """`wait_for` with arguments checked already (a hold's: checked once, not again here);
     ``terms.wait_ms`` is the timeout. Reported to the provider's observer as one
     ``WAIT_ENDED`` event. ``limit`` other than 1: a slot of a counting lease (our providers'
-    ``limit=``)."""
+    ``limit=``). ``acquire``: the attempt instead of acquiring ``terms.key`` (`wait_all`)."""
+    attempt = acquire or acquirer(provider, terms, limit)
     observer = observer_of(provider)
     if observer is None:
-        return await _wait_checked(provider, terms, None, limit)
-    wait = _wait_checked(provider, terms, observer, limit)
+        return await _wait_checked(provider, terms, None, attempt)
+    wait = _wait_checked(provider, terms, observer, attempt)
     return await observed_wait(observer, terms.key, terms.owner, wait)
 
 
+async def wait_all(
+    provider: AllOrNone, keys: tuple[str, ...], owner: str, ttl_ms: int, wait_ms: int
+) -> tuple[AcquireAllResult, float]:
+    """``acquire_leases`` of ``keys`` (checked), waiting up to ``wait_ms`` for all of them:
+    while refused, wait as `wait_for_lease` does on the key that blocked (woken by its
+    release, its holder's expiry or the next poll), each attempt taking all keys or none;
+    when another key blocks, wait on that one. The last result and the loop time at which
+    its attempt started."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_ms / 1000
+    last: list[tuple[AcquireAllResult, float]] = []
+
+    async def attempt() -> AcquireAllResult:
+        started = loop.time()
+        result = await provider.acquire_leases(keys, owner, ttl_ms)
+        last[:] = [(result, started)]
+        return result
+
+    result = await attempt()
+    while not result.acquired and result.blocked_key is not None:
+        left = math.ceil((deadline - loop.time()) * 1000)
+        if left <= 0:
+            break
+        blocked = result.blocked_key
+
+        async def on_blocked(blocked: str = blocked) -> AcquireResult:
+            again = await attempt()
+            if again.acquired or again.blocked_key != blocked:
+                return AcquireResult(True, owner)  # done, or another key to wait on
+            lease = await provider.get_lease(blocked)  # its expiry: when to look again
+            expiry = None if lease is None else lease.expires_at
+            return AcquireResult(False, again.blocked_by, None, expiry)
+
+        terms = wait_terms(blocked, owner, ttl_ms, left)
+        await wait_checked(cast(LeaseProvider, provider), terms, acquire=on_blocked)
+        result = last[0][0]
+    return last[0]
+
+
 async def _wait_checked(
-    provider: LeaseProvider, terms: HoldTerms, observer: LeaseObserver | None, limit: int
+    provider: LeaseProvider, terms: HoldTerms, observer: LeaseObserver | None, acquire: Attempt
 ) -> tuple[AcquireResult, float]:
     key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
-    acquire = acquirer(provider, terms, limit)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     started = loop.time()

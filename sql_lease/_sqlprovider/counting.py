@@ -15,45 +15,38 @@ row, so the miss stands (`_fall_through`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Generator, Iterable
+from typing import Any, TypeVar
 
 from .._core.contract import AcquireResult, Lease
+from .._core.count_calls import (
+    Send,
+    acquire_all_steps,
+    count_answer,
+    counting_of,
+    grant_of,
+    holders_of,
+    is_counting,
+    renew_misses,
+    renewal_of,
+)
 from .._core.counting import MAX_KEYS, RESERVED_OWNER, AcquireAllResult, Grant, check_count_args
 from .._core.validate import check_keys, check_name, check_ttl
-from ..capabilities import Released
-from ..catalogue import AllRow, CountingStatements, CountRow, name_of
-from ..errors import (
-    LeaseForeignRowError,
-    LeaseLimitMismatchError,
-    LeaseSchemaError,
-    LeaseValueError,
-)
+from ..capabilities import Released, Renewal
+from ..catalogue import CountingStatements
+from ..errors import LeaseForeignRowError, LeaseSchemaError
 from .batch_senders import CoalescedCalls
 
 __all__ = ["SqlCounting", "check_count_args"]
 
-
-def _soonest(grants: tuple[Grant, ...]) -> Grant:
-    """The holder whose grant ends first: when a slot may free up."""
-    return min(grants, key=lambda g: g.expires_at)
-
-
-def _lease(key: str, grant: Grant) -> Lease:
-    owner = name_of(grant.owner, "owner", None)
-    return Lease(key, owner, grant.fence, grant.expires_at, grant.acquired_at, grant.metadata)
+T = TypeVar("T")
 
 
 class SqlCounting(CoalescedCalls):
     """The counting methods of `SqlLeaseProvider` (a base class)."""
 
     def _counting(self) -> CountingStatements:
-        counting = self._sql.counting
-        if counting is None:
-            raise LeaseValueError(
-                f"{self._backend.title} has no counting leases, metadata or all-or-none calls"
-            )
-        return counting
+        return counting_of(self._sql, self._backend.title)
 
     async def _count_acquire(
         self,
@@ -68,22 +61,7 @@ class SqlCounting(CoalescedCalls):
         statement = self._counting().acquire
         args = (k, o, ttl, limit, data, is_str)
         rows = await self._run("acquire_lease", True, statement.sql, args)
-        row: CountRow = statement.decode(rows[0])
-        if row.owner != RESERVED_OWNER:  # a live plain lease, left as it was
-            if limit != 1:
-                raise LeaseLimitMismatchError(key, limit, 1)
-            return AcquireResult(False, name_of(row.owner, "owner", k), row.fence, row.expires_at)
-        if row.grants and row.slot_limit != limit:
-            raise LeaseLimitMismatchError(key, limit, row.slot_limit or 1)
-        for grant in row.grants:
-            if grant.owner == o:
-                return AcquireResult(
-                    True, o.decode("utf-8", "surrogatepass"), grant.fence, grant.expires_at
-                )
-        holder = _soonest(row.grants)
-        return AcquireResult(
-            False, name_of(holder.owner, "owner", k), holder.fence, holder.expires_at
-        )
+        return count_answer(key, k, o, limit, statement.decode(rows[0]))
 
     async def get_lease_holders(self, key: str) -> list[Lease]:
         """The live holders of ``key``, oldest grant first, each with its fence, times and
@@ -93,8 +71,7 @@ class SqlCounting(CoalescedCalls):
         rows = await self._run("get_lease_holders", False, statement.sql, (k,))
         if not rows:
             return []
-        row: CountRow = statement.decode(rows[0])
-        return [_lease(key, grant) for grant in row.grants]
+        return holders_of(key, statement.decode(rows[0]))
 
     async def _count_lease(
         self, key: str, stored_owner: bytes, error: LeaseForeignRowError
@@ -129,7 +106,7 @@ class SqlCounting(CoalescedCalls):
             return None
         statement = counting.renew
         rows = await self._fall_through("renew_lease", statement.sql, (k, o, ttl))
-        return _grant_of(statement.decode(rows[0]), o) if rows else None
+        return grant_of(statement.decode(rows[0]), o) if rows else None
 
     async def _count_transfer(
         self, args: tuple[bytes, bytes, bytes, int], data: bytes | None, is_str: bool | None
@@ -145,7 +122,7 @@ class SqlCounting(CoalescedCalls):
             rows = await self._fall_through("transfer_lease", sql, values)
         else:  # metadata asked for: a table before 0009 is an error
             rows = await self._run("transfer_lease", True, sql, values)
-        return _grant_of(statement.decode(rows[0]), args[2]) if rows else None
+        return grant_of(statement.decode(rows[0]), args[2]) if rows else None
 
     async def acquire_leases(
         self, keys: Iterable[str], owner: str, ttl_ms: int
@@ -157,42 +134,46 @@ class SqlCounting(CoalescedCalls):
         stored = check_keys(keys, MAX_KEYS)
         o = check_name("owner", owner)
         ttl = check_ttl(ttl_ms)
-        counting = self._counting()
-        statement = counting.acquire_all(len(stored))
-        keys_args = counting.keys_args(stored)
-        for _ in range(3):
-            rows = await self._run("acquire_leases", True, statement.sql, (*keys_args, o, ttl))
-            found: list[AllRow] = [statement.decode(row) for row in rows]
-            if counting.ensure is None or _settled(found):
-                break
-            # Keys without a row (PostgreSQL and MariaDB lock only rows that exist):
-            # placeholders, then again.
-            ensure = counting.ensure(len(stored))
-            await self._run("acquire_leases", True, ensure.sql, keys_args)
-        taken = {r.key: r for r in found if r.acquired}
-        if len(taken) == len(stored):
-            return AcquireAllResult(
-                True,
-                {
-                    name_of(k, "key"): AcquireResult(True, owner, r.fence, r.expires_at)
-                    for k, r in taken.items()
-                },
-            )
-        blocked = [r for r in found if r.acquired is False]
-        if not blocked and counting.blocker is not None:
-            reader = counting.blocker(len(stored))
-            rows = await self._run("acquire_leases", False, reader.sql, (*keys_args, o))
-            blocked = [reader.decode(row) for row in rows]
-        if not blocked:
-            return AcquireAllResult(False, {})
-        first = blocked[0]
-        blocked_key = name_of(first.key, "key")
-        holder: str | None
-        if first.holder is None or first.holder == RESERVED_OWNER:
-            holder = await self.get_lease_owner(blocked_key)  # type: ignore[attr-defined]
-        else:
-            holder = name_of(first.holder, "owner", first.key)
-        return AcquireAllResult(False, {}, blocked_key, holder)
+        result, ask = await self._steps(acquire_all_steps(self._counting(), stored, o, owner, ttl))
+        if ask is not None:  # a counting row's (or an unknown) holder: its oldest
+            result = AcquireAllResult(False, {}, ask, await self._owner_of(ask))
+        return result
+
+    async def _steps(self, steps: Generator[Send, list[Any], T]) -> T:
+        """Run the statements of a counting call's ``steps``; its result."""
+        rows: Any = None
+        try:
+            while True:
+                send = steps.send(rows)
+                rows = await self._run(send.operation, send.write, send.sql, send.args)
+        except StopIteration as end:
+            done: T = end.value
+            return done
+
+    async def _owner_of(self, key: str) -> str | None:
+        owner: str | None = await self.get_lease_owner(key)  # type: ignore[attr-defined]
+        return owner
+
+    async def _renew_misses(
+        self, renewed: list[Renewal | None], pairs: list[tuple[bytes, bytes]], ttl: int
+    ) -> list[Renewal | None]:
+        """A batched renewal's misses that are grants of counting rows, renewed (one counting
+        statement per distinct miss)."""
+        misses = renew_misses(self._sql.counting, renewed, pairs)
+        if not misses:
+            return renewed
+        got = {pair: renewal_of(await self._count_renew(*pair, ttl)) for pair in misses}
+        return [got.get(p) if r is None else r for p, r in zip(pairs, renewed, strict=True)]
+
+    async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
+        """The listed rows with each counting key (its owner reserved) as its live grants."""
+        out: list[Lease] = []
+        for lease in leases:
+            if is_counting(lease):
+                out.extend(await self.get_lease_holders(lease.key))
+            else:
+                out.append(lease)
+        return out
 
     async def release_leases(self, keys: Iterable[str], owner: str) -> int:
         """Release ``owner``'s live plain leases among ``keys`` in one statement (rows locked
@@ -205,19 +186,3 @@ class SqlCounting(CoalescedCalls):
             "release_leases", True, statement.sql, (*counting.keys_args(stored), o)
         )
         return len(rows)
-
-
-def _settled(found: list[AllRow]) -> bool:
-    """Whether an all-or-none answer is final: a key blocked (refused whatever the missing
-    rows), or every key answered. No row at all (MariaDB answers only for rows that exist)
-    or a key without an answer: placeholders are needed first."""
-    if any(r.acquired is False for r in found):
-        return True
-    return bool(found) and all(r.acquired is not None for r in found)
-
-
-def _grant_of(row: CountRow, o: bytes) -> Grant | None:
-    for grant in row.grants:
-        if grant.owner == o:
-            return grant
-    return None

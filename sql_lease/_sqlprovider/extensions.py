@@ -105,16 +105,7 @@ class SqlExtensions(SqlCounting):
                 )
                 for r in part
             ]
-        renewed = renewed_in_order(self._sql, rows, pairs)
-        if self._sql.counting is not None and None in renewed:
-            grants: dict[tuple[bytes, bytes], Renewal | None] = {}
-            for n, (k, o) in enumerate(pairs):  # the misses: grants of counting rows?
-                if renewed[n] is None:
-                    if (k, o) not in grants:  # one statement each
-                        got = await self._count_renew(k, o, ttl)
-                        grants[k, o] = None if got is None else Renewal(got.fence, got.expires_at)
-                    renewed[n] = grants[k, o]
-        return renewed
+        return await self._renew_misses(renewed_in_order(self._sql, rows, pairs), pairs, ttl)
 
     async def _renew_rows(self, pairs: list[tuple[bytes, bytes]], ttl: int) -> list[Any]:
         rows: list[Any] = []
@@ -196,16 +187,6 @@ class SqlExtensions(SqlCounting):
             )
             if not holders and s.wanted:
                 out.append(s)
-        return out
-
-    async def _expand_counting(self, leases: list[Lease]) -> list[Lease]:
-        """The listed rows with each counting key (its owner reserved) as its live grants."""
-        out: list[Lease] = []
-        for lease in leases:
-            if isinstance(lease, ForeignLease) and lease.owner_bytes == RESERVED_OWNER:
-                out.extend(await self.get_lease_holders(lease.key))
-            else:
-                out.append(lease)
         return out
 
     async def purge_expired(

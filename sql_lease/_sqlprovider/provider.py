@@ -91,7 +91,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
         self._timeout, self._observer, mode = checked
         if self._observer is not None:  # acquire outcomes: on this instance only, if observed
             observed = observed_acquire(self._observer, self.acquire_lease)
-            self.acquire_lease = observed  # type: ignore[method-assign,assignment]
+            self.acquire_lease = observed  # type: ignore[method-assign]
         self._backend = backend = backend_for(engine)
         if schema is not None and not backend.has_schemas:
             raise LeaseValueError(f"{backend.title} has no schemas: leave schema=None")

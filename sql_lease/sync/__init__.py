@@ -13,14 +13,18 @@ SQLite needs only the standard library.
 """
 
 from .._core.contract import AcquireResult, Lease
+from .._core.counting import AcquireAllResult
 from ..errors import LeaseLost, LeaseNotAcquired
 from ._hold import HeldLease, LeaseHook
+from ._hold_keys import HeldLeases
 from ._memory import InMemoryLeaseProvider
 from ._provider import SqlLeaseProvider
 
 __all__ = [
+    "AcquireAllResult",
     "AcquireResult",
     "HeldLease",
+    "HeldLeases",
     "InMemoryLeaseProvider",
     "Lease",
     "LeaseHook",

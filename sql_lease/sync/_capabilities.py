@@ -9,14 +9,16 @@ with only the five contract methods works with a per-lease renewal and polling; 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from .._core.contract import AcquireResult
+from .._core.contract import AcquireResult, Lease
+from .._core.counting import AcquireAllResult
 from ..capabilities import Holder
 
 __all__ = [
+    "SyncAllOrNone",
     "SyncBatchRenewal",
     "SyncBoolBatchRenewal",
     "SyncDatabaseClock",
@@ -58,6 +60,19 @@ class SyncBoolBatchRenewal(Protocol):
     """Renews many leases at once, telling only which are still held."""
 
     def renew_leases(self, items: Sequence[tuple[str, str]], ttl_ms: int) -> list[bool]: ...
+
+
+@runtime_checkable
+class SyncAllOrNone(Protocol):
+    """Takes several keys at once, all or none (what a hold of several keys needs)."""
+
+    def acquire_leases(self, keys: Iterable[str], owner: str, ttl_ms: int) -> AcquireAllResult:
+        """Every key for ``owner``, or none (naming the key that blocked)."""
+        ...
+
+    def get_lease(self, key: str) -> Lease | None:
+        """The live lease of ``key`` (its expiry: when a blocked hold looks again)."""
+        ...
 
 
 @runtime_checkable

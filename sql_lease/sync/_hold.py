@@ -17,12 +17,12 @@ from typing import Self, Unpack, cast
 from .._core.contract import AcquireResult
 from .._core.policy import HoldKeywords, Ticket, keyword_terms
 from .._core.validate import Millis
-from .._holding.handoff import check_transfer
+from .._holding.handoff import check_adoptable, check_transfer
 from .._holding.hooks import HOOK_NAMES, Hooks
 from .._holding.record import HoldRecord, HoldState
 from .._holding.renewer import retry_later
 from ..capabilities import Renewal
-from ..errors import LeaseDatabaseError, LeaseNotAcquired
+from ..errors import LeaseDatabaseError, LeaseNotAcquired, LeaseValueError
 from ..observer import LeaseEventKind
 from ._capabilities import SyncLeaseProvider
 from ._runtime import Lifecycle
@@ -63,6 +63,7 @@ class HeldLease(HoldRecord):
         **options: Unpack[HoldKeywords],
     ) -> None:
         terms = keyword_terms(key, owner, ttl_ms, options)  # checked once
+        self._limit = options.get("limit", 1)  # a counting lease's (checked by acquire_lease)
         hooks = {name: options.get(name) for name in HOOK_NAMES}
         self._hooks: Hooks[HeldLease] = Hooks(key, cast(dict[str, LeaseHook | None], hooks))
         self._start_record(terms, provider)
@@ -75,6 +76,21 @@ class HeldLease(HoldRecord):
         self._ticket = Ticket(
             terms, renewed=self._renewed, failed=self._renew_failed, gone=self._lose
         )
+        self._adopted: tuple[AcquireResult, float] | None = None
+        self._claimed = False  # True: the caller claimed (key, owner) for this hold
+
+    def adopting(self, result: AcquireResult, started: float, *, claimed: bool = False) -> Self:
+        """This hold (not entered yet) made the hold of the lease that ``result`` (an acquire
+        of this key for this owner with this TTL, started at `monotonic` time ``started``)
+        granted: entering renews, leaving releases, as for any hold. ``claimed``: the caller
+        claimed (key, owner) in the provider's lifecycle already (a hold of several keys);
+        this hold takes the claim over. Returns this hold."""
+        owner, since = check_adoptable(result, started)
+        if owner != self.owner or self._state is not HoldState.CREATED:
+            raise LeaseValueError(f"{result!r} is no lease of {self.owner!r} to adopt here")
+        self._adopted = (result, since)
+        self._claimed = claimed
+        return self
 
     # -- public ---------------------------------------------------------------------------
 
@@ -126,13 +142,16 @@ class HeldLease(HoldRecord):
         if self._state is not HoldState.CREATED:
             raise RuntimeError("a HeldLease can be entered only once")
         provider = self._provider
-        self._life.claim(self.key, self.owner)
+        if not self._claimed:
+            self._life.claim(self.key, self.owner)
         try:
             started = monotonic()
-            if self._wait_ms:
-                result, started = self._life.wait_checked(provider, self._terms)
+            if self._adopted is not None:
+                result, started = self._adopted
+            elif self._wait_ms:
+                result, started = self._life.wait_for(provider, self._terms, self._limit)
             else:
-                result = acquirer(provider, self._terms)()
+                result = acquirer(provider, self._terms, self._limit)()
         except BaseException as exc:
             self._state = HoldState.EXITED
             self._life.unclaim(self.key, self.owner)

@@ -5,15 +5,16 @@ The mixin owns the provider's `Lifecycle` (`_runtime`: renewal thread, waiter hu
 
 from __future__ import annotations
 
-from typing import Any, Unpack, cast
+from typing import Any, Unpack, cast, overload
 
 from .._core.contract import AcquireResult
-from .._core.policy import HoldKeywords
+from .._core.policy import HoldKeywords, wait_terms
 from .._core.validate import Millis
 from .._sqlprovider.forks import closed_error
 from ..backends import Backend
 from ._capabilities import SyncLeaseProvider
 from ._hold import HeldLease
+from ._hold_keys import HeldLeases
 from ._renewer import Renewer
 from ._runtime import Lifecycle
 from ._wait import Hub
@@ -57,30 +58,54 @@ class SyncLifecycle:
         """The renewal scheduler (diagnostics: ``ticks``, ``statements``, ``len()``)."""
         return self._life.renewer
 
+    @overload
     def hold(
         self, key: str, owner: str, ttl_ms: Millis, **options: Unpack[HoldKeywords]
-    ) -> HeldLease:
+    ) -> HeldLease: ...
+
+    @overload
+    def hold(
+        self,
+        key: list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        **options: Unpack[HoldKeywords],
+    ) -> HeldLeases: ...
+
+    def hold(
+        self,
+        key: str | list[str] | tuple[str, ...],
+        owner: str,
+        ttl_ms: Millis,
+        **options: Unpack[HoldKeywords],
+    ) -> HeldLease | HeldLeases:
         """Hold ``key`` for a ``with`` block: renewed while inside, released on exit.
 
         Options (keywords; see `HeldLease`): ``renew_every_ms`` (default a third of the TTL),
-        ``wait_ms`` (default 0), and the hooks ``on_acquired``, ``on_renewed``, ``on_lost``,
-        ``on_released``. Raises `LeaseNotAcquired` when the key stays taken (after waiting up
-        to ``wait_ms``); on loss sets ``lease.lost`` and raises `LeaseLost` on exit.
+        ``wait_ms`` (default 0), ``limit`` (a slot of a counting lease), and the hooks
+        ``on_acquired``, ``on_renewed``, ``on_lost``, ``on_released``. Raises
+        `LeaseNotAcquired` when the key stays taken (after waiting up to ``wait_ms``); on
+        loss sets ``lease.lost`` and raises `LeaseLost` on exit. ``key`` a list or tuple of
+        keys: hold all of them or none (`HeldLeases`).
         """
         if self._life.closed:
             raise closed_error(self, "hold")
+        if isinstance(key, list | tuple):
+            return HeldLeases(self._as_provider(), self._life, key, owner, ttl_ms, **options)
         return HeldLease(self._as_provider(), self._life, key, owner, ttl_ms, **options)
 
     def wait_for_lease(
-        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis
+        self, key: str, owner: str, ttl_ms: Millis, *, timeout_ms: Millis, limit: int = 1
     ) -> AcquireResult:
         """Acquire ``key``, waiting up to ``timeout_ms`` for it to become free.
 
         Returns the acquired result, or after the timeout the last one (naming the holder).
         PostgreSQL waiters wake on NOTIFY (polling as the fallback at the holder's expiry);
         SQLite waiters re-check every 50 ms; in memory a release wakes a waiter at once.
+        ``limit=N``: wait for a slot of a counting lease (a release of one wakes a waiter).
         """
         if self._life.closed:
             raise closed_error(self, "wait_for_lease")
-        result, _ = self._life.wait_for(self._as_provider(), key, owner, ttl_ms, timeout_ms)
+        terms = wait_terms(key, owner, ttl_ms, timeout_ms)
+        result, _ = self._life.wait_for(self._as_provider(), terms, limit)
         return result

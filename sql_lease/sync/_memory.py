@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Self, TypeVar
 
 from .._core.contract import AcquireResult, Lease
+from .._core.counting import AcquireAllResult, Metadata
 from .._core.validate import Millis
 from .._memory import InMemoryLeaseProvider as _AsyncMemory
 from ..capabilities import Renewal
@@ -63,8 +64,30 @@ class InMemoryLeaseProvider(SyncLifecycle):
             raise LeaseClosedError(operation)
         return _drive(coro)
 
-    def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
-        return self._call("acquire_lease", self._inner.acquire_lease(key, owner, ttl_ms))
+    def acquire_lease(
+        self, key: str, owner: str, ttl_ms: Millis, *, limit: int = 1, metadata: Metadata = None
+    ) -> AcquireResult:
+        """As the async provider's: ``limit=N`` a slot of a counting lease, ``metadata``
+        stored with the lease."""
+        acquire = self._inner.acquire_lease(key, owner, ttl_ms, limit=limit, metadata=metadata)
+        return self._call("acquire_lease", acquire)
+
+    def get_lease_holders(self, key: str) -> list[Lease]:
+        """The live holders of ``key``, oldest grant first (a plain lease: its one holder)."""
+        return self._call("get_lease_holders", self._inner.get_lease_holders(key))
+
+    def acquire_leases(self, keys: Iterable[str], owner: str, ttl_ms: Millis) -> AcquireAllResult:
+        """Take every key for ``owner`` as plain leases, or none (see the SQL provider's)."""
+        return self._call("acquire_leases", self._inner.acquire_leases(keys, owner, ttl_ms))
+
+    def release_leases(self, keys: Iterable[str], owner: str) -> int:
+        """Release ``owner``'s live plain leases among ``keys``; how many were released."""
+        names = list(keys) if not isinstance(keys, str) else keys
+        released = self._call("release_leases", self._inner.release_leases(names, owner))
+        if released:
+            for key in set(names):  # a spurious wake-up only makes a waiter look again
+                self._life.hub.notify(key)
+        return released
 
     def get_lease_owner(self, key: str) -> str | None:
         return self._call("get_lease_owner", self._inner.get_lease_owner(key))
@@ -80,10 +103,12 @@ class InMemoryLeaseProvider(SyncLifecycle):
     def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
         return self._call("renew_lease", self._inner.renew_lease(key, owner, ttl_ms))
 
-    def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> bool:
+    def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis, *, metadata: Metadata = None
+    ) -> bool:
         moved = self._call(
             "transfer_lease",
-            self._inner.transfer_lease(key, from_owner, to_owner, ttl_ms),
+            self._inner.transfer_lease(key, from_owner, to_owner, ttl_ms, metadata=metadata),
         )
         if moved and to_owner != from_owner:
             self._life.hub.notify(key)

@@ -18,6 +18,8 @@ from sqlalchemy.engine import URL, Engine
 from .._core import calls
 from .._core.contention import ContentionHints
 from .._core.contract import AcquireResult, Lease
+from .._core.count_calls import renewal_of
+from .._core.counting import RESERVED_OWNER, Metadata, check_count_args
 from .._core.provider_args import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_TIMEOUT,
@@ -33,10 +35,12 @@ from ..backends import Backend, SyncExecutor
 from ..backends._urls import redact
 from ..capabilities import Holder, Released, Renewal
 from ..catalogue import Catalogue, decode_row, label
+from ..errors import LeaseForeignRowError
 from ..observer import LeaseObserver, check_observer, timed_call
 from ..schema import DEFAULT_TABLE
 from ._catalogue import Statements, statements_of
 from ._connect import engine_target, parse
+from ._counting import SyncCounting
 from ._guard import guard
 from ._home import SyncHome
 from ._lifecycle import SyncLifecycle
@@ -50,7 +54,7 @@ Executor = SyncExecutor
 Rows = list[tuple[Any, ...]]
 
 
-class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
+class SqlLeaseProvider(SyncCounting, SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     """Leases in PostgreSQL (psycopg 3) or SQLite (`sqlite3`), for threads; blocking calls.
 
     Takes a caller's SQLAlchemy `Engine` (``postgresql+psycopg`` or ``sqlite``), which it never
@@ -226,9 +230,16 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
 
     # -- the contract --------------------------------------------------------------------
 
-    def acquire_lease(self, key: str, owner: str, ttl_ms: Millis) -> AcquireResult:
+    def acquire_lease(
+        self, key: str, owner: str, ttl_ms: Millis, *, limit: int = 1, metadata: Metadata = None
+    ) -> AcquireResult:
+        """As the async provider's: ``limit=N`` a slot of a counting lease, ``metadata``
+        stored with the lease (see `SyncCounting`)."""
         k, o = calls.key_owner(key, owner)
-        return self._acquire_checked(k, o, owner, check_ttl(ttl_ms))
+        ttl = check_ttl(ttl_ms)
+        if type(limit) is not int or limit != 1 or metadata is not None:
+            return self._count_acquire(key, k, o, ttl, check_count_args(limit, metadata))
+        return self._acquire_checked(k, o, owner, ttl)
 
     def _acquire_checked(self, k: bytes, o: bytes, owner: str, ttl: int) -> AcquireResult:
         """`acquire_lease` with its arguments checked (``k``, ``o``: stored forms); a hold's
@@ -238,6 +249,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         within: tuple[float, ...] = ()
         if self._hints.contended(k):
             rows = self._run("acquire_lease", False, catalogue.holder.sql, (k,))
+            if rows and rows[0][0] == RESERVED_OWNER:  # a counting row
+                return self._count_acquire(owner_key(k), k, o, ttl, (1, None, None))
             held = self._hints.seen_held(rows, k, o, catalogue.holder)
             if held is not None:
                 self.acquire_reads += 1
@@ -245,6 +258,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
             within = (self._left(started),)
         while True:
             rows = self._run("acquire_lease", True, catalogue.acquire.sql, (k, o, ttl), *within)
+            if rows and rows[0][3] == RESERVED_OWNER and not any(r[0] for r in rows):
+                return self._count_acquire(owner_key(k), k, o, ttl, (1, None, None))
             answer = self._hints.answer(rows, k, o, owner, catalogue.acquire.decode)
             if answer is not None:
                 return answer
@@ -256,16 +271,23 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         k = check_name("key", key)
         statement = self._sql.get_owner
         rows = self._run("get_lease_owner", False, statement.sql, (k,))
-        return decode_row(statement, rows[0], k) if rows else None
+        try:
+            return decode_row(statement, rows[0], k) if rows else None
+        except LeaseForeignRowError as exc:
+            lease = self._count_lease(key, rows[0][0], exc)  # a counting row: oldest holder
+        return None if lease is None else lease.owner
 
     def get_lease(self, key: str) -> Lease | None:
-        """The live lease of ``key`` (owner, fence, times), or None."""
+        """The live lease of ``key`` (owner, fence, times, metadata; counting: the oldest)."""
         k = check_name("key", key)
         statement = self._sql.get_lease
         rows = self._run("get_lease", False, statement.sql, (k,))
         if not rows:
             return None
-        owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
+        try:
+            owner, fence, expires_at, acquired_at = decode_row(statement, rows[0], k)
+        except LeaseForeignRowError as exc:
+            return self._count_lease(key, rows[0][0], exc)  # a counting row: oldest holder
         return Lease(key, owner, fence, expires_at, acquired_at)
 
     def release_lease(self, key: str, owner: str) -> None:
@@ -274,8 +296,16 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
     def renew_lease(self, key: str, owner: str, ttl_ms: Millis) -> bool:
         return self.renew(key, owner, ttl_ms) is not None
 
-    def transfer_lease(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> bool:
-        return self.transfer(key, from_owner, to_owner, ttl_ms) is not None
+    def transfer_lease(
+        self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis, *, metadata: Metadata = None
+    ) -> bool:
+        """As the async provider's: ``metadata`` replaces the lease's when given; a plain
+        transfer that matched nothing tries the owner's grant of a counting row."""
+        args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
+        if metadata is not None:
+            return self._count_transfer(args, *check_count_args(1, metadata)[1:]) is not None
+        rows = self._run("transfer_lease", True, self._sql.transfer.sql, args)
+        return bool(rows) or self._count_transfer(args, None, None) is not None
 
     # -- forms that return what the statement reports (database time) --------------------
 
@@ -283,22 +313,23 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         """Release; the `Released` fence and database time it took effect, or None when it
         was a no-op (as the async provider's ``release``)."""
         statement = self._sql.release
-        rows = self._run("release_lease", True, statement.sql, calls.key_owner(key, owner))
-        return statement.decode(rows[0]) if rows else None
+        args = calls.key_owner(key, owner)
+        rows = self._run("release_lease", True, statement.sql, args)
+        return statement.decode(rows[0]) if rows else self._count_release(*args)
 
     def renew(self, key: str, owner: str, ttl_ms: Millis) -> Renewal | None:
         """Renew; the `Renewal` (fence, new expiry), or None when the lease was not held."""
         statement = self._sql.renew
         args = (*calls.key_owner(key, owner), check_ttl(ttl_ms))
         rows = self._run("renew_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None
+        return statement.decode(rows[0]) if rows else renewal_of(self._count_renew(*args))
 
     def transfer(self, key: str, from_owner: str, to_owner: str, ttl_ms: Millis) -> Renewal | None:
         """Transfer; the new owner's `Renewal` (fence, expiry), or None when it was not held."""
         statement = self._sql.transfer
         args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
         rows = self._run("transfer_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None
+        return statement.decode(rows[0]) if rows else None  # plain only, as the async form
 
     # -- extensions ----------------------------------------------------------------------
 
@@ -317,7 +348,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         rows: Rows = []
         for sql, args in calls.renew_chunks(self._sql, pairs, ttl):
             rows += self._run("renew_leases", True, sql, args)
-        return calls.renewed_in_order(self._sql, rows, pairs)
+        return self._renew_misses(calls.renewed_in_order(self._sql, rows, pairs), pairs, ttl)
 
     def force_release(self, key: str) -> bool:
         """Break-glass: end the live lease of ``key`` whoever holds it; logged at WARNING."""
@@ -335,7 +366,7 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         """Live leases in key order, optionally by key prefix; page with ``after``."""
         statement = self._sql.list_live
         rows = self._run("list_leases", False, statement.sql, calls.list_args(prefix, limit, after))
-        return [statement.decode(row) for row in rows]
+        return self._expand_counting([statement.decode(row) for row in rows])
 
     def purge_expired(
         self,
@@ -362,6 +393,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
         args = calls.want_args(key, wait_ms)
         statement = self._sql.want
         rows = self._run("want", True, statement.sql, args)
+        if rows and rows[0][0] == RESERVED_OWNER:  # a counting row: (reserved, newest fence)
+            return Holder("", rows[0][1], rows[0][2])
         return decode_row(statement, rows[0], args[0]) if rows else None
 
     def now(self) -> datetime:
@@ -378,3 +411,8 @@ class SqlLeaseProvider(SyncLifecycle, SyncHome, ForkAware, ProviderSettings):
             raise self._closed_error("guard")
         self._renamed("", "guard")  # the statements name the table's schema from now on
         guard(self._sql, self._backend, conn, key, fence)
+
+
+def owner_key(k: bytes) -> str:
+    """The key whose stored form is ``k`` (checked already)."""
+    return k.decode("utf-8", "surrogatepass")

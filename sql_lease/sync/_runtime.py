@@ -7,14 +7,15 @@ private names); the `SyncLifecycle` mixin of both sync providers owns one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from .._core.contract import AcquireResult
+from .._core.counting import AcquireAllResult
 from .._core.policy import HoldTerms
-from .._core.validate import Millis
 from ..errors import LeaseAlreadyHeld, LeaseClosedError
-from ._capabilities import SyncLeaseProvider
+from ._capabilities import SyncAllOrNone, SyncLeaseProvider
 from ._renewer import Renewer
-from ._wait import Hub, wait_checked, wait_for
+from ._wait import Hub, wait_all, wait_for
 
 __all__ = ["Lifecycle"]
 
@@ -48,15 +49,20 @@ class Lifecycle:
             self.hub.notify(key)
 
     def wait_for(
-        self, provider: SyncLeaseProvider, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+        self,
+        provider: SyncLeaseProvider,
+        terms: HoldTerms,
+        limit: int = 1,
+        acquire: Callable[[], AcquireResult] | None = None,
     ) -> tuple[AcquireResult, float]:
-        return wait_for(provider, self.hub, key, owner, ttl_ms, timeout_ms)
+        """`_wait.wait_for` on this provider's waiter hub (checked ``terms``)."""
+        return wait_for(provider, self.hub, terms, limit, acquire)
 
-    def wait_checked(
-        self, provider: SyncLeaseProvider, terms: HoldTerms
-    ) -> tuple[AcquireResult, float]:
-        """`wait_for` with a hold's arguments, checked once already."""
-        return wait_checked(provider, self.hub, terms)
+    def wait_all(
+        self, provider: SyncAllOrNone, keys: tuple[str, ...], terms: HoldTerms
+    ) -> tuple[AcquireAllResult, float]:
+        """`_wait.wait_all` on this provider's waiter hub (checked ``keys`` and ``terms``)."""
+        return wait_all(provider, self.hub, keys, terms)
 
     def close(self) -> None:
         """The provider closes: held leases count as lost (left to expire), listening ends."""

@@ -12,18 +12,18 @@ with threads.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import partial
 from time import monotonic
-from typing import Final
+from typing import Final, cast
 
 from .._core.contract import AcquireResult
-from .._core.policy import HoldTerms, SyncCheckedCalls, wait_terms
-from .._core.validate import Millis
+from .._core.counting import AcquireAllResult
+from .._core.policy import HoldTerms, SyncCheckedCalls, acquire_call, wait_terms
 from .._core.waiting import (
     JITTER_S,
     POLL_S,
@@ -35,9 +35,15 @@ from .._core.waiting import (
 )
 from ..backends import SyncListener
 from ..observer import LeaseEventKind, observer_of, report_wait
-from ._capabilities import SyncDatabaseClock, SyncLeaseProvider, SyncWantMarking, Timed
+from ._capabilities import (
+    SyncAllOrNone,
+    SyncDatabaseClock,
+    SyncLeaseProvider,
+    SyncWantMarking,
+    Timed,
+)
 
-__all__ = ["POLL_S", "Hub", "wait_checked", "wait_for"]
+__all__ = ["POLL_S", "Hub", "acquirer", "wait_all", "wait_for"]
 
 _READY_S: Final = 5.0  # how long to wait for the listener of a provider without a timeout
 
@@ -109,29 +115,73 @@ def _wake(waiter: Waiter, reason: str) -> None:
     waiter.event.set()
 
 
-def acquirer(provider: SyncLeaseProvider, terms: HoldTerms) -> Callable[[], AcquireResult]:
-    """The acquire of checked ``terms``: our providers take them as they are
-    (`SyncCheckedCalls`), others get ``acquire_lease``."""
-    if isinstance(provider, SyncCheckedCalls) and "acquire_lease" not in vars(provider):
-        # (an instance-level acquire_lease, a wrapper someone put there, is honoured)
-        return partial(provider._acquire_checked, terms.k, terms.o, terms.owner, terms.ttl_ms)
-    return partial(provider.acquire_lease, terms.key, terms.owner, terms.ttl_ms)
+def acquirer(
+    provider: SyncLeaseProvider, terms: HoldTerms, limit: int = 1
+) -> Callable[[], AcquireResult]:
+    """The acquire of checked ``terms`` (`sql_lease._core.policy.acquire_call`): our providers
+    take them as they are (`SyncCheckedCalls`), others get ``acquire_lease``; ``limit`` other
+    than 1: a slot of a counting lease."""
+    call: Callable[[], AcquireResult] = acquire_call(
+        provider, terms, limit, isinstance(provider, SyncCheckedCalls)
+    )
+    return call
+
+
+def wait_all(
+    provider: SyncAllOrNone,
+    hub: Hub,
+    keys: tuple[str, ...],
+    terms: HoldTerms,
+) -> tuple[AcquireAllResult, float]:
+    """``acquire_leases`` of ``keys`` (checked) for ``terms.owner`` and ``terms.ttl_ms``,
+    waiting up to ``terms.wait_ms`` for all of them, as the async `wait_all`: while refused,
+    wait on the key that blocked (its release, its holder's expiry, the next poll), each
+    attempt taking all keys or none. The last result and the `monotonic` time its attempt
+    started."""
+    owner, ttl_ms = terms.owner, terms.ttl_ms
+    deadline = monotonic() + terms.wait_ms / 1000
+    last: list[tuple[AcquireAllResult, float]] = []
+
+    def attempt() -> AcquireAllResult:
+        started = monotonic()
+        result = provider.acquire_leases(keys, owner, ttl_ms)
+        last[:] = [(result, started)]
+        return result
+
+    result = attempt()
+    while not result.acquired and result.blocked_key is not None:
+        left = math.ceil((deadline - monotonic()) * 1000)
+        if left <= 0:
+            break
+        blocked = result.blocked_key
+
+        def on_blocked(blocked: str = blocked) -> AcquireResult:
+            again = attempt()
+            if again.acquired or again.blocked_key != blocked:
+                return AcquireResult(True, owner)  # done, or another key to wait on
+            lease = provider.get_lease(blocked)  # its expiry: when to look again
+            expiry = None if lease is None else lease.expires_at
+            return AcquireResult(False, again.blocked_by, None, expiry)
+
+        on_key = wait_terms(blocked, owner, ttl_ms, left)
+        wait_for(cast(SyncLeaseProvider, provider), hub, on_key, acquire=on_blocked)
+        result = last[0][0]
+    return last[0]
 
 
 def wait_for(
-    provider: SyncLeaseProvider, hub: Hub, key: str, owner: str, ttl_ms: Millis, timeout_ms: Millis
+    provider: SyncLeaseProvider,
+    hub: Hub,
+    terms: HoldTerms,
+    limit: int = 1,
+    acquire: Callable[[], AcquireResult] | None = None,
 ) -> tuple[AcquireResult, float]:
-    """`wait_for_lease`, also returning the `monotonic` time the last acquire started."""
-    return wait_checked(provider, hub, wait_terms(key, owner, ttl_ms, timeout_ms))
-
-
-def wait_checked(
-    provider: SyncLeaseProvider, hub: Hub, terms: HoldTerms
-) -> tuple[AcquireResult, float]:
-    """`wait_for` with arguments checked already (a hold's: checked once, not again here);
-    ``terms.wait_ms`` is the timeout."""
+    """`wait_for_lease` of checked ``terms`` (``terms.wait_ms`` is the timeout; a hold's are
+    checked once, not again here), also returning the `monotonic` time the last acquire
+    started. ``limit`` other than 1: a slot of a counting lease. ``acquire``: the attempt
+    instead of acquiring ``terms.key`` (a hold of several keys: all of them)."""
     key, owner, timeout_ms = terms.key, terms.owner, terms.wait_ms
-    acquire = acquirer(provider, terms)
+    acquire = acquire or acquirer(provider, terms, limit)
     deadline = monotonic() + timeout_ms / 1000
     started = monotonic()
     result = acquire()

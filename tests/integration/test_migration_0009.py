@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sql_lease import SqlLeaseProvider, migrate
+from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
 
 def _urls(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> str:
@@ -85,6 +86,12 @@ def test_plain_calls_that_miss_answer_a_miss_on_a_table_before_0009(
             assert not await p.renew_lease("k", "a", 60_000)  # released: a miss, no error
 
     asyncio.run(misses())
+    with SyncProvider.from_url(url) as p:  # the sync provider's misses alike
+        assert p.acquire_lease("s", "a", 60_000).acquired
+        p.release_lease("s", "b")
+        assert not p.renew_lease("s", "b", 60_000)
+        assert not p.transfer_lease("s", "b", "c", 60_000)
+        assert p.get_lease_owner("s") == "a"
     assert migrate.current(url) == "0006"
 
 

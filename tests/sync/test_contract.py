@@ -45,10 +45,13 @@ CASES: list[Callable[..., Any]] = [
 
 
 def on_every_backend(
-    case: Callable[..., Any], marks: list[Any] | None = None
+    case: Callable[..., Any],
+    marks: list[Any] | None = None,
+    backends: frozenset[str] | None = None,
 ) -> Callable[..., Any]:
-    """A test running ``case`` on each sync provider concurrently, with the same fixtures
-    and marks (parametrize: the same parameters), or with ``marks`` instead."""
+    """A test running ``case`` on each sync provider concurrently (or on those of
+    ``backends``), with the same fixtures and marks (parametrize: the same parameters), or
+    with ``marks`` instead."""
     sig = inspect.signature(case)
     others = [p for name, p in sig.parameters.items() if name != "provider"]
 
@@ -66,7 +69,12 @@ def on_every_backend(
                 raise
 
         outcomes = await asyncio.gather(
-            *(one(b, p) for b, p in every_sync_provider.items()), return_exceptions=True
+            *(
+                one(b, p)
+                for b, p in every_sync_provider.items()
+                if backends is None or b in backends
+            ),
+            return_exceptions=True,
         )
         errors = [e for e in outcomes if isinstance(e, BaseException)]
         if len(errors) == 1:

@@ -308,6 +308,21 @@ async def test_acquire_outcomes_are_reported_with_the_holder_and_the_calls_durat
     assert len(recorder.contention) == 2  # a closed provider: refused before any I/O
 
 
+async def test_an_observed_provider_takes_counting_and_metadata_arguments() -> None:
+    recorder = Recorder()
+    p = InMemoryLeaseProvider(observer=recorder)
+    a = await p.acquire_lease("sem", "a", 10_000, limit=2, metadata="m")
+    await p.acquire_lease("sem", "b", 10_000, limit=2)
+    refused = await p.acquire_lease("sem", "c", 10_000, limit=2)
+    assert a.acquired and not refused.acquired
+    async with p.hold("sem", "a", 10_000, limit=2) as held:  # through the observed acquire
+        assert held.fence == a.fence
+    kinds = [e.kind for e in recorder.contention]
+    assert kinds == [K.GRANTED, K.GRANTED, K.REFUSED, K.GRANTED]
+    assert (await p.get_lease("sem")).owner == "b"  # the hold released a's slot
+    await p.aclose()
+
+
 async def test_a_wait_reports_its_end_once_with_its_outcome_and_duration() -> None:
     recorder = Recorder()
     p = InMemoryLeaseProvider(observer=recorder)
