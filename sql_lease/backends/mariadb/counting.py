@@ -37,10 +37,9 @@ from ...catalogue import (
     CountingStatements,
     Row,
     Statement,
-    decode_count,
-    decode_count_released,
     decode_key,
 )
+from .._counting import counting_statements
 
 __all__ = ["COUNTING_VARIABLES", "RESERVED", "build_counting"]
 
@@ -362,32 +361,8 @@ def _keys_args(keys: list[bytes]) -> tuple[object, ...]:
 
 def build_counting(t: str, seq: str) -> CountingStatements:
     """The counting statements for the quoted table ``t`` and its quoted fence sequence."""
-    row = ("owner", "slot_limit", "holders", "fence", "expires_at")
-    meta = ("metadata", "metadata_is_str")
-    return CountingStatements(
-        acquire=Statement(
-            "count_acquire",
-            _acquire(t, seq),
-            ("key", "owner", "ttl_ms", "limit", *meta),
-            row,
-            decode_count,
-        ),
-        holders=Statement("count_holders", _holders(t), ("key",), row, decode_count),
-        release=Statement(
-            "count_release",
-            _release(t),
-            ("key", "owner"),
-            ("released_at", "fence"),
-            decode_count_released,
-        ),
-        renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),
-        transfer=Statement(
-            "count_transfer",
-            _transfer(t, seq),
-            ("key", "from_owner", "to_owner", "ttl_ms", *meta),
-            row,
-            decode_count,
-        ),
+    return counting_statements(
+        (_acquire(t, seq), _holders(t), _release(t), _renew(t), _transfer(t, seq)),
         acquire_all=lambda n: _acquire_all(t, seq, n),
         release_all=lambda n: _release_all(t, n),
         keys_args=_keys_args,

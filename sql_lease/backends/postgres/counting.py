@@ -34,10 +34,9 @@ from ...catalogue import (
     CountingStatements,
     Statement,
     decode_all,
-    decode_count,
-    decode_count_released,
     decode_key,
 )
+from .._counting import counting_statements
 from .sqlnames import BYTEA, EQ, GT, LT, NOW, TEXT, nextval, notify
 
 __all__ = ["RESERVED", "build_counting"]
@@ -366,8 +365,6 @@ RETURNING l.key, (CASE WHEN l.wanted_until {GT} {NOW}
 
 def build_counting(t: str, seq: str, channel: str) -> CountingStatements:
     """The counting statements for the quoted, qualified table ``t`` and sequence ``seq``."""
-    row = ("owner", "slot_limit", "holders", "fence", "expires_at")
-    meta = ("metadata", "metadata_is_str")
     acquire_all = Statement(
         "acquire_all",
         _acquire_all(t, seq),
@@ -379,34 +376,13 @@ def build_counting(t: str, seq: str, channel: str) -> CountingStatements:
     release_all = Statement(
         "release_all", _release_all(t, channel), ("keys", "owner"), ("key", "notified"), decode_key
     )
-    return CountingStatements(
-        acquire=Statement(
-            "count_acquire",
-            _acquire(t, seq),
-            ("key", "owner", "ttl_ms", "limit", *meta),
-            row,
-            decode_count,
-        ),
-        holders=Statement("count_holders", _holders(t), ("key",), row, decode_count),
-        release=Statement(
-            "count_release",
-            _release(t, channel),
-            ("key", "owner"),
-            ("released_at", "fence", "notified"),
-            decode_count_released,
-        ),
-        renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),
-        transfer=Statement(
-            "count_transfer",
-            _transfer(t, seq),
-            ("key", "from_owner", "to_owner", "ttl_ms", *meta),
-            row,
-            decode_count,
-        ),
+    return counting_statements(
+        (_acquire(t, seq), _holders(t), _release(t, channel), _renew(t), _transfer(t, seq)),
+        released=("released_at", "fence", "notified"),
         acquire_all=lambda _: acquire_all,
-        ensure=lambda _: ensure,
         release_all=lambda _: release_all,
         keys_args=_keys_args,
+        ensure=lambda _: ensure,
     )
 
 

@@ -23,10 +23,9 @@ from ...catalogue import (
     CountingStatements,
     Statement,
     decode_all,
-    decode_count,
-    decode_count_released,
     decode_key,
 )
+from .._counting import counting_statements
 
 __all__ = ["build_counting"]
 
@@ -290,32 +289,8 @@ def _keys_args(keys: list[bytes]) -> tuple[object, ...]:
 
 def build_counting(t: str, nf: str) -> CountingStatements:
     """The counting statements for the quoted table ``t``; ``nf`` draws the next fence."""
-    row = ("owner", "slot_limit", "holders", "fence", "expires_at")
-    meta = ("metadata", "metadata_is_str")
-    return CountingStatements(
-        acquire=Statement(
-            "count_acquire",
-            _acquire(t, nf),
-            ("key", "owner", "ttl_ms", "limit", *meta),
-            row,
-            decode_count,
-        ),
-        holders=Statement("count_holders", _holders(t), ("key",), row, decode_count),
-        release=Statement(
-            "count_release",
-            _release(t),
-            ("key", "owner"),
-            ("released_at", "fence"),
-            decode_count_released,
-        ),
-        renew=Statement("count_renew", _renew(t), ("key", "owner", "ttl_ms"), row, decode_count),
-        transfer=Statement(
-            "count_transfer",
-            _transfer(t, nf),
-            ("key", "from_owner", "to_owner", "ttl_ms", *meta),
-            row,
-            decode_count,
-        ),
+    return counting_statements(
+        (_acquire(t, nf), _holders(t), _release(t), _renew(t), _transfer(t, nf)),
         acquire_all=lambda n: _acquire_all(t, nf, n),
         release_all=lambda n: _release_all(t, n),
         keys_args=_keys_args,
