@@ -188,16 +188,22 @@ def chain_holder(url: str, key: str, first: str, transfers: int, ttl: int) -> li
     return asyncio.run(run())
 
 
-def racer(url: str, worker: int, key: str, seconds: float) -> dict[str, Any]:
-    """Hammer ``acquire_lease`` on ``key``; report wins and every holder it was shown."""
+def racer(
+    url: str, worker: int, key: str, seconds: float, until: str | None = None
+) -> dict[str, Any]:
+    """Hammer ``acquire_lease`` on ``key`` for ``seconds``, and on while ``until`` (the
+    chain's last owner) has not been seen holding it (at most a minute more: a loaded machine
+    may start the chain late); report wins and every holder it was shown."""
 
     async def run() -> dict[str, Any]:
         wins: list[str] = []
         holders: set[str | None] = set()
         attempts = 0
-        deadline = time.monotonic() + seconds
+        start = time.monotonic()
         async with SqlLeaseProvider.from_url(url, timeout=10) as provider:
-            while time.monotonic() < deadline:
+            while time.monotonic() < start + seconds or (
+                until is not None and until not in holders and time.monotonic() < start + 60
+            ):
                 attempts += 1
                 owner = f"racer-{worker}-{attempts}"
                 res = await provider.acquire_lease(key, owner, 60_000)

@@ -154,7 +154,8 @@ async def _chain_race(database_url: str, sql_provider: SqlLeaseProvider) -> None
     key = f"chain\0{uuid.uuid4().hex}"
     assert (await sql_provider.acquire_lease(key, "chain-0", 60_000)).acquired
     with pool(4) as ex:
-        racers = [ex.submit(racer, database_url, w, key, 3.0) for w in range(3)]
+        last = "chain-300"
+        racers = [ex.submit(racer, database_url, w, key, 3.0, last) for w in range(3)]
         chain = ex.submit(chain_holder, database_url, key, "chain-0", 300, 60_000)
         owners = chain.result(timeout=120)
         outcomes = [r.result(timeout=120) for r in racers]
