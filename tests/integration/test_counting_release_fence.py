@@ -48,11 +48,15 @@ async def test_a_release_that_waited_reports_the_fence_of_the_grant_it_removed(
         assert first.acquired
         await asyncio.sleep(0.1)  # a's grant expires (it stays in the row until a write)
         async with holder.transaction():
-            await holder.execute("SELECT 1 FROM public.leases WHERE key = $1 FOR UPDATE", key.encode())
+            await holder.execute(
+                "SELECT 1 FROM public.leases WHERE key = $1 FOR UPDATE", key.encode()
+            )
             release = asyncio.create_task(provider.release(key, "a"))
             await wait_until_blocked(holder)
             # In the lock holder's transaction: a takes a slot again, a new grant.
-            row = await holder.fetchrow(counting.acquire.sql, key.encode(), b"a", 30_000, 2, None, None)
+            row = await holder.fetchrow(
+                counting.acquire.sql, key.encode(), b"a", 30_000, 2, None, None
+            )
             again = counting.acquire.decode(row)
         regranted = [g for g in again.grants if g.owner == b"a"]
         assert len(regranted) == 1 and regranted[0].fence > first.fence
