@@ -1,15 +1,9 @@
-"""A linearizability checker for lease histories, judged against the sequential model of SPEC §3.
+"""The linearizability checker of plain lease histories: the sequential model of SPEC §3, searched
+by `_linearize` (Wing & Gong / Lowe).
 
-A history is a list of `Op`s: who called what with which arguments, when (invocation and
-completion, as a window of *database* time obtained by calibrating each client's clock against
-``clock_timestamp()``), and what came back, including the database times the provider reports
-(an acquire's ``expires_at``, a renew's new expiry, a release's instant). Keys are independent
-objects, so each key's sub-history is checked on its own.
-
-The search is Wing & Gong's, as refined by Lowe and used by Knossos/Porcupine: take the ops in
-invocation order, repeatedly pick one that may go next (no other pending op finished before it
-was invoked), apply it to the model and check its result, backtrack when the model disagrees,
-and remember every (set of ops done, model state) already explored.
+A history is a list of `Op`s (`_linearize`), each placed in database time, with the database
+times the provider reports (an acquire's ``expires_at``, a renew's new expiry, a release's
+instant).
 
 Time is the database clock. Each op is judged (live means ``now < expires_at``) at some instant
 inside its own window: a write that reports a database time judged the lease just before that
@@ -27,92 +21,40 @@ effect at all, so it is left out: a later observation that needs it makes the hi
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-INF = 1 << 62
-#: A statement reads ``clock_timestamp()`` more than once: its condition a moment before the
-#: value it stamps. The judged instant of a stamped op lies within this many microseconds before
-#: its stamp. It is the checker's only tolerance.
-STAMP_SLACK_US = 5_000
+from ._linearize import (
+    EPOCH,
+    INF,
+    STAMP_SLACK_US,
+    Model,
+    Op,
+    Verdict,
+    check,
+    show_us,
+    us,
+)
+from ._linearize import minimal_failing_prefix as _prefix
+from ._linearize import search as _search
+
+__all__ = [
+    "EPOCH",
+    "INF",
+    "PLAIN",
+    "STAMP_SLACK_US",
+    "Op",
+    "Verdict",
+    "check_history",
+    "minimal_failing_prefix",
+    "search",
+    "show_us",
+    "stamp",
+    "step",
+    "us",
+]
 
 KINDS = ("acquire", "get_owner", "get_lease", "renew", "transfer", "release")
-
-
-def us(t: datetime) -> int:
-    """A database timestamp as integer microseconds since the epoch (exact)."""
-    return (t - EPOCH) // timedelta(microseconds=1)
-
-
-def show_us(t: int) -> str:
-    if t >= INF:
-        return "inf"
-    return (EPOCH + timedelta(microseconds=t)).strftime("%H:%M:%S.%f")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One call and what it returned.
-
-    ``lo``/``hi``: earliest and latest database time (microseconds) at which the call can have
-    taken effect (its invocation and completion); ``hi`` is None when the call never completed
-    with an answer (``unknown``). ``result`` by kind:
-
-    - acquire: ``(acquired, owner, fence, expires_us)``
-    - get_owner: owner or None
-    - get_lease: None or ``(owner, fence, expires_us)``
-    - renew, transfer: None, or ``(fence, expires_us)`` (the new expiry)
-    - release: None (no-op), or ``(fence, released_us)``
-    """
-
-    id: int
-    client: str
-    key: str
-    kind: str
-    owner: str
-    lo: int
-    hi: int | None
-    result: Any = None
-    to_owner: str | None = None
-    ttl_ms: int | None = None
-    unknown: bool = False
-    error: str | None = None
-
-    @property
-    def completed(self) -> bool:
-        return self.hi is not None
-
-    def describe(self) -> str:
-        args = [repr(self.owner)] if self.kind not in ("get_owner", "get_lease") else []
-        if self.to_owner is not None:
-            args.append(repr(self.to_owner))
-        if self.ttl_ms is not None:
-            args.append(f"ttl={self.ttl_ms}ms")
-        call = f"{self.kind}({', '.join(args)})"
-        if self.error is not None:
-            out = f"raised {self.error}" + (" (outcome unknown)" if self.unknown else "")
-        else:
-            out = f"-> {_show_result(self.kind, self.result)}"
-        hi = "never" if self.hi is None else show_us(self.hi)
-        return f"#{self.id} {self.client:>6} [{show_us(self.lo)} .. {hi}] {call} {out}"
-
-
-def _show_result(kind: str, result: Any) -> str:
-    if result is None or isinstance(result, str):
-        return repr(result)
-    if kind == "acquire":
-        acquired, owner, fence, exp = result
-        return f"acquired={acquired} owner={owner!r} fence={fence} expires={show_us(exp)}"
-    if kind == "get_lease":
-        owner, fence, exp = result
-        return f"owner={owner!r} fence={fence} expires={show_us(exp)}"
-    fence, t = result
-    what = "at" if kind == "release" else "expires"
-    return f"fence={fence} {what}={show_us(t)}"
 
 
 # -- the sequential model ---------------------------------------------------------------------
@@ -305,186 +247,36 @@ def _step_unknown(state: State, op: Op, out: list[State]) -> None:
             out.append((op.to_owner, None, tau + ttl_us, INF, live[4]))
 
 
-# -- the search -------------------------------------------------------------------------------
+# -- the model, searched -----------------------------------------------------------------------
 
 
-@dataclass
-class KeyVerdict:
-    key: str
-    ops: int
-    ok: bool
-    explored: int
-    counterexample: str = ""
-
-
-@dataclass
-class Verdict:
-    ok: bool
-    keys: list[KeyVerdict] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ops(self) -> int:
-        return sum(k.ops for k in self.keys)
-
-    @property
-    def explored(self) -> int:
-        return sum(k.explored for k in self.keys)
-
-    def report(self) -> str:
-        lines = [k.counterexample for k in self.keys if not k.ok] + self.problems
-        return "\n\n".join(lines)
-
-
-def _relevant(ops: Iterable[Op]) -> list[Op]:
+def _relevant(op: Op) -> bool:
     """Drop what cannot matter: failed ops known not to have applied, and unanswered reads."""
-    kept = []
-    for op in ops:
-        if op.error is not None and not op.unknown:
-            continue  # the library says nothing was applied: the model must do without it
-        if op.unknown and op.kind in ("get_owner", "get_lease"):
-            continue
-        kept.append(op)
-    return kept
+    if op.error is not None and not op.unknown:
+        return False  # the library says nothing was applied: the model must do without it
+    return not (op.unknown and op.kind in ("get_owner", "get_lease"))
 
 
-Node = tuple[int, State]  # (mask of ops done, model state)
+def _fences(op: Op) -> Iterable[int]:
+    if op.kind == "acquire":
+        return () if op.result[2] is None else (op.result[2],)
+    if op.kind in ("renew", "transfer", "release"):
+        return (op.result[0],)
+    return ()
+
+
+PLAIN = Model(lambda _key: INITIAL, step, describe_state, _relevant, _fences, "SPEC §3")
 
 
 def search(ops: Sequence[Op], budget: int = 5_000_000) -> tuple[bool, int, Any]:
-    """WGL search over ``ops`` (one key). Returns (linearizable, nodes explored, diagnostics).
-
-    On failure the diagnostics are (deepest node, parent links, ops in search order), from which
-    `_counterexample` prints the longest explained prefix and the ops that could not follow it.
-    """
-    ops = sorted(ops, key=lambda o: (o.lo, o.id))
-    n = len(ops)
-    lo = [o.lo for o in ops]
-    hi = [INF if o.hi is None else o.hi for o in ops]
-    goal = 0
-    for i, o in enumerate(ops):
-        if o.completed:
-            goal |= 1 << i
-    root: Node = (0, INITIAL)
-    parents: dict[Node, tuple[Node | None, int]] = {root: (None, -1)}
-    stack = [root]
-    deepest, deepest_done = root, -1
-    explored = 0
-    while stack:
-        node = stack.pop()
-        mask, state = node
-        explored += 1
-        if explored > budget:
-            raise RuntimeError(f"linearizability search gave up after {budget} nodes")
-        if mask & goal == goal:
-            return True, explored, node
-        done = (mask & goal).bit_count()
-        if done > deepest_done:
-            deepest, deepest_done = node, done
-        # Candidates: undone ops invoked before every other undone op completed. Ops are in
-        # invocation order and complete after they start, so the scan stops at the first op
-        # invoked after the earliest completion seen so far.
-        first = ((~mask) & (mask + 1)).bit_length() - 1
-        bound = INF
-        candidates: list[int] = []
-        for i in range(first, n):
-            if lo[i] > bound:
-                break
-            if not mask >> i & 1:
-                candidates.append(i)
-                bound = min(bound, hi[i])
-        for i in reversed(candidates):  # the earliest invoked is tried first
-            for new_state in step(state, ops[i]):
-                child = (mask | 1 << i, new_state)
-                if child not in parents:
-                    parents[child] = (node, i)
-                    stack.append(child)
-    return False, explored, (deepest, parents, ops)
-
-
-def _counterexample(key: str, ops: Sequence[Op], diagnostics: Any) -> str:
-    node, parents, ordered = diagnostics
-    path: list[int] = []
-    cur = node
-    while cur is not None:
-        parent, i = parents[cur]
-        if i >= 0:
-            path.append(i)
-        cur = parent
-    path.reverse()
-    mask, state = node
-    frontier = _frontier(ordered, mask)
-    pending = [
-        o for i, o in enumerate(ordered) if not mask >> i & 1 and o.completed and o.lo <= frontier
-    ]
-    lines = [
-        f"key {key!r}: {len(ops)} ops are not linearizable with respect to SPEC §3.",
-        f"The longest explained order covers {len(path)} ops; its last steps were:",
-        *(f"    {ordered[i].describe()}" for i in path[-8:]),
-        f"leaving the model at: {describe_state(state)}.",
-        "None of these pending ops can take effect next:",
-        *(f"    {o.describe()}" for o in pending[:8]),
-    ]
-    return "\n".join(lines)
-
-
-def _frontier(ordered: Sequence[Op], mask: int) -> int:
-    bound = INF
-    for i, o in enumerate(ordered):
-        if not mask >> i & 1 and o.hi is not None:
-            bound = min(bound, o.hi)
-    return bound
+    """`_linearize.search` with the plain model."""
+    return _search(ops, PLAIN, budget)
 
 
 def minimal_failing_prefix(ops: Sequence[Op]) -> list[Op]:
-    """The shortest prefix (by invocation) of a failing history that already fails on its own.
-
-    Every such prefix is a real sub-history: all calls invoked before some instant, with the
-    results they really returned. Bisection assumes failures persist once they appear, which is
-    the usual case; the returned prefix is always verified to fail.
-    """
-    ordered = sorted(ops, key=lambda o: (o.lo, o.id))
-    lo_n, hi_n = 1, len(ordered)
-    while lo_n < hi_n:
-        mid = (lo_n + hi_n) // 2
-        if search(ordered[:mid])[0]:
-            lo_n = mid + 1
-        else:
-            hi_n = mid
-    prefix = ordered[:hi_n]
-    assert not search(prefix)[0]
-    return prefix
+    return _prefix(ops, PLAIN)
 
 
 def check_history(ops: Iterable[Op]) -> Verdict:
     """Check a whole history (any number of keys); never raises for a bad history."""
-    all_ops = list(ops)
-    by_key: dict[str, list[Op]] = defaultdict(list)
-    for op in _relevant(all_ops):
-        by_key[op.key].append(op)
-    verdict = Verdict(ok=True)
-    for key, key_ops in sorted(by_key.items()):
-        ok, explored, _ = search(key_ops)
-        kv = KeyVerdict(key, len(key_ops), ok, explored)
-        if not ok:
-            verdict.ok = False
-            prefix = minimal_failing_prefix(key_ops)
-            _, _, small = search(prefix)
-            kv.counterexample = (
-                f"(shortest failing prefix: {len(prefix)} of {len(key_ops)} ops)\n"
-                + _counterexample(key, prefix, small)
-            )
-        verdict.keys.append(kv)
-    # Fences come from one sequence: a fence never names two different keys' tenures.
-    fence_keys: dict[int, set[str]] = defaultdict(set)
-    for op in all_ops:
-        if op.error is None and op.result is not None:
-            if op.kind == "acquire" and op.result[2] is not None:
-                fence_keys[op.result[2]].add(op.key)
-            elif op.kind in ("renew", "transfer", "release"):
-                fence_keys[op.result[0]].add(op.key)
-    for fence, keys in sorted(fence_keys.items()):
-        if len(keys) > 1:
-            verdict.ok = False
-            verdict.problems.append(f"fence {fence} was seen on several keys: {sorted(keys)!r}")
-    return verdict
+    return check(ops, PLAIN)

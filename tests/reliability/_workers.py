@@ -27,10 +27,20 @@ MIX = (
     ("transfer", 14),
     ("release", 18),
 )
+#: The same on a counting key (``limit=N``): ``holders`` is ``get_lease_holders``.
+COUNT_MIX = (
+    ("acquire", 34),
+    ("holders", 14),
+    ("renew", 18),
+    ("transfer", 12),
+    ("release", 22),
+)
 #: TTLs in ms: short ones expire mid-run, so expiry is judged by the database clock constantly.
 TTLS = (8, 25, 60, 150, 400, 3_000)
 #: Owners shared by every client: two clients acting for one owner is part of the contract.
 OWNERS = ("a", "b", "c\0d", "é\u2603")
+#: Owners of counting keys: more than the limits, so that slots run out.
+COUNT_OWNERS = (*OWNERS, "e")
 
 
 def now_us() -> int:
@@ -111,8 +121,19 @@ def to_ops(calls: list[Call], cal: Calibration, first_id: int = 0) -> list[Op]:
     return ops
 
 
-async def call_once(provider: SqlLeaseProvider, kind: str, key: str, owner: str, to: str, ttl: int):
-    """Run one operation and return its result in the checker's encoding."""
+async def call_once(
+    provider: SqlLeaseProvider,
+    kind: str,
+    key: str,
+    owner: str,
+    to: str,
+    ttl: int,
+    limit: int | None = None,
+):
+    """Run one operation and return its result in the checker's encoding (``limit``: the
+    calls of a counting key, `count_once`)."""
+    if limit is not None:
+        return await count_once(provider, kind, key, owner, to, ttl, limit)
     if kind == "acquire":
         res = await provider.acquire_lease(key, owner, ttl)
         assert res.expires_at is not None and res.owner is not None
@@ -134,6 +155,28 @@ async def call_once(provider: SqlLeaseProvider, kind: str, key: str, owner: str,
     return None if done is None else (done[0], us(done[1]))
 
 
+async def count_once(
+    provider: SqlLeaseProvider, kind: str, key: str, owner: str, to: str, ttl: int, limit: int
+):
+    """One call on a counting key of ``limit`` slots, in `_counting_model`'s encoding: a
+    transfer through ``transfer_lease`` (a bool: the reporting ``transfer`` is plain only)."""
+    if kind == "acquire":
+        res = await provider.acquire_lease(key, owner, ttl, limit=limit)
+        assert res.expires_at is not None and res.owner is not None
+        return (res.acquired, res.owner, res.fence, us(res.expires_at))
+    if kind == "holders":
+        leases = await provider.get_lease_holders(key)
+        assert [h.fence for h in leases] == sorted(h.fence for h in leases)  # oldest first
+        assert all(h.key == key and h.acquired_at <= h.expires_at for h in leases)
+        return tuple((h.owner, h.fence, us(h.expires_at)) for h in leases)
+    if kind == "transfer":
+        return await provider.transfer_lease(key, owner, to, ttl)
+    done = await (
+        provider.renew(key, owner, ttl) if kind == "renew" else provider.release(key, owner)
+    )
+    return None if done is None else (done[0], us(done[1]))
+
+
 @dataclass
 class Plan:
     """What a client does: which keys, how many ops or until when, how to pace itself."""
@@ -146,6 +189,8 @@ class Plan:
     #: The provider's coalescing mode: True (the default), False, or "always" (every call
     #: through the multi-row statements).
     coalesce: bool | str = True
+    #: Counting keys and their limits: ``COUNT_MIX`` of counting calls on those keys.
+    limits: tuple[tuple[str, int], ...] = ()
 
 
 async def attempt(
@@ -156,11 +201,12 @@ async def attempt(
     owner: str,
     to: str | None = None,
     ttl: int | None = None,
+    limit: int | None = None,
 ) -> Call:
     """Make one call and record it, whatever happens (a non-`LeaseError` propagates)."""
     inv = now_us()
     try:
-        result = await call_once(provider, kind, key, owner, to or owner, ttl or 1)
+        result = await call_once(provider, kind, key, owner, to or owner, ttl or 1, limit)
     except LeaseError as exc:
         ret = now_us()
         unknown = bool(getattr(exc, "outcome_unknown", False))
@@ -174,8 +220,10 @@ async def attempt(
 async def run_client(
     provider: SqlLeaseProvider, client: str, plan: Plan, rng: random.Random, out: list[Call]
 ) -> None:
-    kinds = [k for k, _ in MIX]
-    weights = [w for _, w in MIX]
+    limits = dict(plan.limits)
+    mixes = {
+        m: ([k for k, _ in mix], [w for _, w in mix]) for m, mix in (("p", MIX), ("c", COUNT_MIX))
+    }
     mine: dict[str, str] = {}  # key -> owner this client last acquired it as
     done = 0
     while True:
@@ -185,19 +233,22 @@ async def run_client(
             return
         done += 1
         key = rng.choice(plan.keys)
+        limit = limits.get(key)
+        kinds, weights = mixes["p" if limit is None else "c"]
+        owners = OWNERS if limit is None else COUNT_OWNERS
         kind = rng.choices(kinds, weights)[0]
         owner = mine.get(key) if rng.random() < 0.7 else None
-        owner = owner or rng.choice(OWNERS)
-        to = rng.choice(OWNERS) if kind == "transfer" else None
+        owner = owner or rng.choice(owners)
+        to = rng.choice(owners) if kind == "transfer" else None
         ttl = rng.choice(TTLS) if kind in ("acquire", "renew", "transfer") else None
-        call = await attempt(provider, client, kind, key, owner, to, ttl)
+        call = await attempt(provider, client, kind, key, owner, to, ttl, limit)
         out.append(call)
         if call.error is not None:
             await asyncio.sleep(plan.error_pause)
             continue
         if kind == "acquire" and call.result[0]:
             mine[key] = owner
-        elif kind == "transfer" and call.result is not None:
+        elif kind == "transfer" and call.result:
             assert to is not None
             mine[key] = to
         if rng.random() < plan.pause:

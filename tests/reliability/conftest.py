@@ -45,3 +45,15 @@ def cluster_database(cluster: Cluster) -> str:
     url = cluster.create_database(f"lease_{uuid.uuid4().hex[:10]}")
     migrate.upgrade(url)
     return url
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def history_url(request: pytest.FixtureRequest) -> str:
+    """The database the processes race on: the session's PostgreSQL database, or a MariaDB
+    database of the test's own."""
+    if request.param == "mariadb":
+        made: str = request.getfixturevalue("make_mariadb_database")()
+        migrate.upgrade(made)
+        return made
+    url: str = request.getfixturevalue("database_url")
+    return url

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sql_lease import SqlLeaseProvider, migrate
+from sql_lease import SqlLeaseProvider
 
 from ._history import Op, check_history, search, us
 from ._workers import Plan, calibrate, process_worker, run_clients, to_ops
@@ -297,18 +297,6 @@ def refuted(ops: list[Op], falsified: Op) -> bool:
     prefix = [op for op in ops if op.key == falsified.key and op.lo <= falsified.hi]
     linearizable, _, _ = search(prefix)
     return not linearizable
-
-
-@pytest.fixture(params=["postgresql", "mariadb"])
-def history_url(request: pytest.FixtureRequest) -> str:
-    """The database the processes race on: the session's PostgreSQL database, or a MariaDB
-    database of the test's own."""
-    if request.param == "mariadb":
-        made: str = request.getfixturevalue("make_mariadb_database")()
-        migrate.upgrade(made)
-        return made
-    url: str = request.getfixturevalue("database_url")
-    return url
 
 
 @pytest.mark.timeout(SOAK_SECONDS + 120)

@@ -275,24 +275,27 @@ WHERE l.key {EQ} $1
 
 def _release(t: str, channel: str) -> str:
     """($1 key, $2 owner): the owner's grant (live or expired) removed; when none is left
-    the row expires now. Returns when, the grant's fence (read in the statement's snapshot,
-    which holds the grant: only its owner removes it), and whether a waiter was notified."""
+    the row expires now. Returns when, the grant's fence, and whether a waiter was notified.
+
+    The fence is read from the row locked by ``s`` (``FOR UPDATE`` returns the newest version
+    once the lock is granted, its columns computed again on it), which is the version the
+    ``UPDATE`` changes: a snapshot's reading would be stale when the row changed while the
+    release waited (the owner's expired grant replaced by a new grant of the same owner)."""
     gone = f"{_without(_live('l', 'z.now'), '$2')}"
     notified = f"(CASE WHEN l.wanted_until {GT} {NOW} THEN {notify(channel, 'l.key')} END)"
     return f"""
-WITH old AS MATERIALIZED (
-    SELECT {_num("v.value", "f")} AS fence
-    FROM {t} AS o, pg_catalog.jsonb_array_elements(o.holders) AS v
-    WHERE o.key {EQ} $1 AND o.owner {EQ} {RESERVED} AND {_field("v.value", "o")} {EQ} {_hex("$2")}
-)
 UPDATE {t} AS l SET (holders, expires_at) = (
     SELECT n.h, {_max_expiry("n.h", NOW)}
     FROM (SELECT {gone} AS h FROM (SELECT {_us(NOW)} AS now) AS z) AS n)
-WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED}
-  AND EXISTS (SELECT FROM pg_catalog.jsonb_array_elements(l.holders) AS v
-              WHERE {_field("v.value", "o")} {EQ} {_hex("$2")})
-RETURNING {NOW} AS released_at, (SELECT old.fence FROM old) AS fence,
-    {notified} IS NOT NULL AS notified
+FROM (
+    SELECT o.key, {_grant_of("o.holders", "$2", "f")} AS fence FROM {t} AS o
+    WHERE o.key {EQ} $1 AND o.owner {EQ} {RESERVED}
+      AND EXISTS (SELECT FROM pg_catalog.jsonb_array_elements(o.holders) AS v
+                  WHERE {_field("v.value", "o")} {EQ} {_hex("$2")})
+    FOR UPDATE
+) AS s
+WHERE l.key {EQ} s.key
+RETURNING {NOW} AS released_at, s.fence, {notified} IS NOT NULL AS notified
 """.strip()
 
 
