@@ -1,9 +1,13 @@
-"""A racing worker process for the shard-move test: hot keys, acquire / hold / release."""
+"""A racing worker process for the shard-move, crash and failover tests: hot keys, acquire /
+hold / release; and the wait for a race to start."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
+
+import psycopg
 
 from sql_lease import SqlLeaseProvider
 
@@ -43,3 +47,13 @@ async def _race(url: str, owner: str, keys: list[str], seconds: float) -> tuple[
     finally:
         await provider.aclose()
     return tenures, errors
+
+
+def await_taken(db: psycopg.Connection[tuple[Any, ...]], key: str) -> None:
+    """Until ``key`` has been taken (the racing processes have started)."""
+    for _ in range(300):
+        found = db.execute("SELECT count(*) FROM leases WHERE key = %s", (key.encode(),))
+        if found.fetchone() == (1,):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"nobody took {key} in 30 s")

@@ -22,7 +22,7 @@ from sql_lease.backends.postgres.citus import SHARDS_SQL, Detected
 from sql_lease.errors import LeaseError
 from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
-from ._race import Tenure, race
+from ._race import Tenure, await_taken, race
 
 pytestmark = pytest.mark.citus
 
@@ -168,7 +168,7 @@ def test_a_worker_crash_in_the_middle_of_a_race(
     seconds = 16.0
     with ProcessPoolExecutor(4, mp_context=ctx) as pool:
         futures = [pool.submit(race, migrated, f"p{i}", hot, seconds) for i in range(4)]
-        _await_race(db, hot[0])
+        await_taken(db, hot[0])
         time.sleep(2)  # a few tenures before the crash
         crashed = time.monotonic()
         with _sql(migrated, int(port[0])) as victim:
@@ -197,16 +197,6 @@ def test_a_worker_crash_in_the_middle_of_a_race(
     assert overlaps == 0
     assert backwards == 0
     assert len(before) > 5 and len(after) > 5
-
-
-def _await_race(db: psycopg.Connection[tuple[Any, ...]], key: str) -> None:
-    """Until ``key`` has been taken (the racing processes have started)."""
-    for _ in range(300):
-        found = db.execute("SELECT count(*) FROM leases WHERE key = %s", (key.encode(),))
-        if found.fetchone() == (1,):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"nobody took {key} in 30 s")
 
 
 def test_the_sync_provider_runs_through_the_coordinator(
