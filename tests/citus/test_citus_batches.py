@@ -155,8 +155,10 @@ def test_a_worker_crash_in_the_middle_of_a_race(
     """4 processes race for 3 hot keys; the worker holding the first one crashes (a backend
     killed: the worker's PostgreSQL restarts every process and recovers from its WAL) and
     comes back: no two tenures of a key overlap, a key's fences rise in tenure order, and the
-    race goes on on that key after the crash. Needs the workers on this machine (as
-    ../shared/citus/cluster.sh runs them) and the right to signal their processes."""
+    race goes on on that key after the crash. The race lasts 40 s: after a crash PostgreSQL
+    syncs the whole data directory before it replays its WAL, 15 s on this machine's workers.
+    Needs the workers on this machine (as ../shared/citus/cluster.sh runs them) and the right
+    to signal their processes."""
     hot = ["crash-0", "crash-1", "crash-2"]
     port = db.execute(
         "SELECT nodeport FROM citus_shards WHERE shardid ="
@@ -165,7 +167,7 @@ def test_a_worker_crash_in_the_middle_of_a_race(
     ).fetchone()
     assert port is not None
     ctx = multiprocessing.get_context("spawn")
-    seconds = 16.0
+    seconds = 40.0
     with ProcessPoolExecutor(4, mp_context=ctx) as pool:
         futures = [pool.submit(race, migrated, f"p{i}", hot, seconds) for i in range(4)]
         await_taken(db, hot[0])
@@ -175,6 +177,7 @@ def test_a_worker_crash_in_the_middle_of_a_race(
             pid = victim.execute("SELECT pg_backend_pid()").fetchone()
             assert pid is not None
             os.kill(int(pid[0]), signal.SIGKILL)
+        recovered = _await_worker(int(port[0])) - crashed
         results = [f.result(timeout=120) for f in futures]
     tenures = [t for ts, _ in results for t in ts]
     errors = sum(e for _, e in results)
@@ -190,13 +193,27 @@ def test_a_worker_crash_in_the_middle_of_a_race(
     before = [t for t in by_key.get(hot[0], []) if t[4] < crashed]
     after = [t for t in by_key.get(hot[0], []) if t[3] > crashed]
     print(
-        f"\nworker {port[0]} crashed; tenures per key { {k: len(v) for k, v in by_key.items()} };"
+        f"\nworker {port[0]} crashed, back in {recovered:.1f} s;"
+        f" tenures per key { {k: len(v) for k, v in by_key.items()} };"
         f" on {hot[0]} before the crash {len(before)}, after {len(after)}; overlapping {overlaps};"
         f" fences not rising {backwards}; call errors {errors}"
     )
     assert overlaps == 0
     assert backwards == 0
     assert len(before) > 5 and len(after) > 5
+
+
+def _await_worker(port: int) -> float:
+    """When the worker at ``port`` accepts connections again (at most a minute)."""
+    for _ in range(600):
+        try:
+            with psycopg.connect(
+                host="127.0.0.1", port=port, user="postgres", dbname="postgres", connect_timeout=2
+            ):
+                return time.monotonic()
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise AssertionError(f"the worker at {port} did not come back in a minute")
 
 
 def test_the_sync_provider_runs_through_the_coordinator(
