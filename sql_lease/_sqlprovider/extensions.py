@@ -24,6 +24,7 @@ from .._core.calls import (
     want_args,
 )
 from .._core.contract import ForeignLease, Lease
+from .._core.count_calls import renewal_of
 from .._core.counting import RESERVED_OWNER
 from .._core.validate import Millis, check_limit, check_millis, check_name, check_prefix, check_ttl
 from ..capabilities import Holder, Released, Renewal
@@ -71,7 +72,9 @@ class SqlExtensions(SqlCounting):
         args = transfer_args(key, from_owner, to_owner, ttl_ms)
         statement = self._sql.transfer
         rows = await self._one(self._transfers, "transfer_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None
+        if rows:
+            return statement.decode(rows[0])
+        return renewal_of(await self._count_transfer(args, None, None))  # a counting grant?
 
     async def renew_leases(self, items: Iterable[tuple[str, str]], ttl_ms: Millis) -> list[bool]:
         """Renew many ``(key, owner)`` leases in one statement; one bool per item, in order."""

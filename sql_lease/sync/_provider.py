@@ -329,7 +329,9 @@ class SqlLeaseProvider(SyncCounting, SyncLifecycle, SyncHome, ForkAware, Provide
         statement = self._sql.transfer
         args = calls.transfer_args(key, from_owner, to_owner, ttl_ms)
         rows = self._run("transfer_lease", True, statement.sql, args)
-        return statement.decode(rows[0]) if rows else None  # plain only, as the async form
+        if rows:
+            return statement.decode(rows[0])
+        return renewal_of(self._count_transfer(args, None, None))  # a counting grant?
 
     # -- extensions ----------------------------------------------------------------------
 

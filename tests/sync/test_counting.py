@@ -87,9 +87,14 @@ def test_the_reporting_forms_see_grants_of_counting_keys(sql_counting_provider: 
     assert p.transfer_lease("sem", "a", "b", LONG)
     [moved] = p.get_lease_holders("sem")
     assert moved.owner == "b" and moved.fence > granted.fence
-    released = p.release("sem", "b")
-    assert released is not None and released.fence == moved.fence
-    assert p.release("sem", "b") is None
+    reported = p.transfer("sem", "b", "c", LONG)
+    [handed] = p.get_lease_holders("sem")
+    assert reported is not None and handed.owner == "c" and reported.fence == handed.fence
+    assert reported.fence > moved.fence
+    assert p.transfer("sem", "b", "d", LONG) is None  # b holds nothing now
+    released = p.release("sem", "c")
+    assert released is not None and released.fence == handed.fence
+    assert p.release("sem", "c") is None
 
 
 def test_list_leases_shows_each_grant_with_its_metadata(counting_provider: Any) -> None:

@@ -224,13 +224,14 @@ def _renew(t: str) -> str:
 
 def _transfer(t: str, seq: str) -> str:
     """(?1 key, ?2 from, ?3 to, ?4 ttl, ?5 metadata, ?6 metadata is str): ``from``'s live
-    grant (or live plain lease) handed to ``to`` with a new fence, its metadata kept unless
-    given; refused when ``to`` already holds a grant of the key."""
+    grant handed to ``to`` with a new fence, its metadata kept unless given; refused when
+    ``to`` already holds a grant of the key; a live plain lease of ``from`` only when metadata
+    is given (as PostgreSQL's)."""
     same = "?2 = ?3"
     where = (
         f"s.`key` = ?1 AND ((s.owner = {RESERVED} AND s.expires_at > {NOW}"
         f" AND {_has('s.holders', '?2', NOW)} AND ({same} OR NOT {_has('s.holders', '?3', NOW)}))"
-        f" OR (s.owner = ?2 AND s.expires_at > {NOW}))"
+        f" OR (s.owner = ?2 AND s.expires_at > {NOW} AND ?5 IS NOT NULL))"
     )
 
     def kept(field: str) -> str:

@@ -236,8 +236,10 @@ WHERE l.key {EQ} $1 AND l.owner {EQ} {RESERVED} AND l.expires_at {GT} {NOW}
 
 def _transfer(t: str, seq: str) -> str:
     """($1 key, $2 from, $3 to, $4 ttl, $5 metadata, $6 metadata is str): ``from``'s live grant
-    (or live plain lease) handed to ``to`` with a new fence, its metadata kept unless given;
-    refused when ``to`` already holds a grant of the key."""
+    handed to ``to`` with a new fence, its metadata kept unless given; refused when ``to``
+    already holds a grant of the key. A live plain lease of ``from`` is handed on (becoming a
+    counting row) only when metadata is given: a plain transfer's miss, which falls through to
+    this statement, never turns a plain lease (retaken meanwhile) into a counting row."""
     same = f"$2 {EQ} $3"
     kept = (
         f"COALESCE((SELECT pg_catalog.jsonb_build_object('m', k.value OPERATOR(pg_catalog.->) 'm',"
@@ -268,7 +270,7 @@ UPDATE {t} AS l SET (owner, fence, expires_at, acquired_at, slot_limit, holders)
 WHERE l.key {EQ} $1
   AND ((l.owner {EQ} {RESERVED} AND l.expires_at {GT} {NOW} AND {_live_grant("l.holders", "$2")}
         AND ({same} OR NOT {_live_grant("l.holders", "$3")}))
-       OR (l.owner {EQ} $2 AND l.expires_at {GT} {NOW}))
+       OR (l.owner {EQ} $2 AND l.expires_at {GT} {NOW} AND {M5} IS NOT NULL))
 {_returning("l")}
 """.strip()
 

@@ -201,7 +201,7 @@ UPDATE {t} AS l SET (owner, fence, expires_at, acquired_at, slot_limit, holders)
 WHERE l.key = ?1
   AND ((l.owner = {RESERVED} AND l.expires_at > {NOW} AND {_live_grant("l.holders", "?2")}
         AND ({same} OR NOT {_live_grant("l.holders", "?3")}))
-       OR (l.owner = ?2 AND l.expires_at > {NOW}))
+       OR (l.owner = ?2 AND l.expires_at > {NOW} AND ?5 IS NOT NULL))
 {_returning()}
 """.strip()
 
