@@ -38,7 +38,11 @@ async def wait_until_blocked(conn: asyncpg.Connection) -> None:
         if await conn.fetchval(WAITING):
             return
         await asyncio.sleep(0.01)
-    pytest.fail("the release never waited for the row lock")
+    seen = await conn.fetch(
+        "SELECT state, wait_event_type, wait_event, pg_catalog.left(query, 60) AS q"
+        " FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database()"
+    )
+    pytest.fail(f"the release never waited for the row lock: {[tuple(r) for r in seen]}")
 
 
 @pytest.mark.timeout(60)
