@@ -34,7 +34,12 @@ WHERE datname = pg_catalog.current_database() AND wait_event_type = 'Lock'
 
 
 async def wait_until_blocked(conn: asyncpg.Connection) -> None:
+    """Until the counting release waits for the row lock. ``conn`` is inside a transaction,
+    where PostgreSQL keeps the first reading of ``pg_stat_activity`` until the transaction
+    ends: each poll clears it (else a first reading taken while the plain release statement
+    was running stays, and the counting release is never seen waiting)."""
     for _ in range(500):
+        await conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
         if await conn.fetchval(WAITING):
             return
         await asyncio.sleep(0.01)
