@@ -4,7 +4,9 @@ hold / release; and the wait for a race to start."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -57,3 +59,31 @@ def await_taken(db: psycopg.Connection[tuple[Any, ...]], key: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"nobody took {key} in 30 s")
+
+
+@dataclass
+class Verdict:
+    """The racers' tenures judged per key: ``overlaps`` (a tenure starting before the previous
+    one of its key ended) and ``backwards`` (a fence not above the previous one's)."""
+
+    tenures: list[Tenure]
+    errors: int
+    by_key: dict[str, list[Tenure]] = field(default_factory=dict)
+    overlaps: int = 0
+    backwards: int = 0
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.by_key.items()}
+
+
+def judge(results: list[tuple[list[Tenure], int]]) -> Verdict:
+    """The `race` results of every process, judged."""
+    verdict = Verdict([t for ts, _ in results for t in ts], sum(e for _, e in results))
+    for t in verdict.tenures:
+        verdict.by_key.setdefault(t[0], []).append(t)
+    for ts in verdict.by_key.values():
+        ts.sort(key=lambda t: t[3])
+        for a, b in itertools.pairwise(ts):
+            verdict.overlaps += b[3] < a[4]
+            verdict.backwards += b[2] <= a[2]
+    return verdict

@@ -5,7 +5,6 @@ shard move (fences strictly increasing per key, no overlapping tenures)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import multiprocessing
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider, migrate
 
-from ._race import Tenure, race
+from ._race import judge, race
 
 pytestmark = pytest.mark.citus
 
@@ -278,18 +277,8 @@ def test_race_across_a_shard_move(migrated: str, db: psycopg.Connection[tuple[An
         time.sleep(3)
         moves[1] = _move(db, HOT[0])
         results = [f.result(timeout=120) for f in futures]
-    tenures = [t for ts, _ in results for t in ts]
-    errors = sum(e for _, e in results)
-    by_key: dict[str, list[Tenure]] = {}
-    for t in tenures:
-        by_key.setdefault(t[0], []).append(t)
-    overlaps = 0
-    backwards = 0
-    for ts in by_key.values():
-        ts.sort(key=lambda t: t[3])
-        for a, b in itertools.pairwise(ts):
-            overlaps += b[3] < a[4]
-            backwards += b[2] <= a[2]
+    v = judge(results)
+    errors, by_key, overlaps, backwards = v.errors, v.by_key, v.overlaps, v.backwards
     print(
         f"\nshard moves {moves}; tenures per key { {k: len(v) for k, v in by_key.items()} };"
         f" overlapping {overlaps}; fences not rising {backwards}; call errors {errors}"

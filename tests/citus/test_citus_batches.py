@@ -4,7 +4,6 @@ the sync provider and pooler mode through the coordinator."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import multiprocessing
 import os
 import signal
@@ -22,7 +21,7 @@ from sql_lease.backends.postgres.citus import SHARDS_SQL, Detected
 from sql_lease.errors import LeaseError
 from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
-from ._race import Tenure, await_taken, race
+from ._race import await_taken, judge, race
 
 pytestmark = pytest.mark.citus
 
@@ -179,17 +178,8 @@ def test_a_worker_crash_in_the_middle_of_a_race(
             os.kill(int(pid[0]), signal.SIGKILL)
         recovered = _await_worker(int(port[0])) - crashed
         results = [f.result(timeout=120) for f in futures]
-    tenures = [t for ts, _ in results for t in ts]
-    errors = sum(e for _, e in results)
-    by_key: dict[str, list[Tenure]] = {}
-    for t in tenures:
-        by_key.setdefault(t[0], []).append(t)
-    overlaps = backwards = 0
-    for ts in by_key.values():
-        ts.sort(key=lambda t: t[3])
-        for a, b in itertools.pairwise(ts):
-            overlaps += b[3] < a[4]
-            backwards += b[2] <= a[2]
+    v = judge(results)
+    errors, by_key, overlaps, backwards = v.errors, v.by_key, v.overlaps, v.backwards
     before = [t for t in by_key.get(hot[0], []) if t[4] < crashed]
     after = [t for t in by_key.get(hot[0], []) if t[3] > crashed]
     print(

@@ -32,7 +32,7 @@ import pytest
 
 from sql_lease import migrate
 
-from ._race import Tenure, await_taken, race
+from ._race import await_taken, judge, race
 
 pytestmark = pytest.mark.citus
 
@@ -175,17 +175,9 @@ def test_a_worker_failing_over_to_its_standby_in_the_middle_of_a_race(cluster: C
             cluster.fail_over()
             switched = time.monotonic() - failed
             results = [f.result(timeout=180) for f in futures]
-    tenures = [t for ts, _ in results for t in ts]
-    errors = sum(e for _, e in results)
-    by_key: dict[str, list[Tenure]] = {}
-    for t in tenures:
-        by_key.setdefault(t[0], []).append(t)
-    overlaps = backwards = 0
-    for ts in by_key.values():
-        ts.sort(key=lambda t: t[3])
-        for a, b in itertools.pairwise(ts):
-            overlaps += b[3] < a[4]
-            backwards += b[2] <= a[2]
+    v = judge(results)
+    tenures, errors, by_key = v.tenures, v.errors, v.by_key
+    overlaps, backwards = v.overlaps, v.backwards
     before = [t for t in tenures if t[4] < failed]
     after = [t for t in tenures if t[3] > failed + switched]
     print(
