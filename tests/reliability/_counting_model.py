@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from ._history import stamp as plain_stamp
 from ._linearize import INF, STAMP_SLACK_US, Model, Op, Verdict, check, show_us
 
 __all__ = ["check_counting", "counting_model", "describe_state"]
@@ -51,19 +52,9 @@ def describe_state(state: State) -> str:
 
 
 def stamp(op: Op) -> int | None:
-    """The database instant a write reports (its new expiry minus its TTL, a release's time)."""
-    r = op.result
-    if op.unknown or r is None or isinstance(r, bool):
-        return None
-    if op.kind == "acquire" and r[0]:
-        assert op.ttl_ms is not None
-        return int(r[3] - op.ttl_ms * 1000)
-    if op.kind in ("renew", "transfer"):
-        assert op.ttl_ms is not None
-        return int(r[1] - op.ttl_ms * 1000)
-    if op.kind == "release":
-        return int(r[1])
-    return None
+    """The database instant a write reports, as the plain model reads it (a bare True, a
+    transfer's answer without a reported fence, reports none)."""
+    return None if isinstance(op.result, bool) else plain_stamp(op)
 
 
 def _window(op: Op) -> tuple[int, int]:
