@@ -101,10 +101,13 @@ def test_counting_histories_of_racing_processes_are_linearizable(history_url: st
             totals += summarize(ops, limits)
     print(f"rounds={rounds} search nodes={explored} {dict(totals)} coalesced={dict(COALESCED)}")
     # The histories exercised the contract: full keys, refusals, expiry, every call's outcomes.
-    for outcome in ("acquire:hit", "acquire:miss", "renew:hit", "renew:miss", "release:hit"):
+    # Per round (540 calls) a loaded machine saw 8 to 29 refusals (its processes start apart,
+    # so fewer calls meet): the bars are well below what a round does, not its average.
+    for outcome in ("acquire:hit", "renew:hit", "renew:miss", "release:hit"):
         assert totals[outcome] > 10 * rounds, (outcome, dict(totals))
-    assert totals["transfer:hit"] > rounds and totals["transfer:miss"] > rounds, dict(totals)
-    assert totals["holders:full"] > rounds and totals["holders:not full"] > rounds, dict(totals)
+    for outcome in ("acquire:miss", "transfer:hit", "transfer:miss", "holders:full"):
+        assert totals[outcome] > 2 * rounds, (outcome, dict(totals))
+    assert totals["holders:not full"] > rounds, dict(totals)
     assert COALESCED["calls"] > COALESCED["batches"] > 0, dict(COALESCED)
     # The checker has teeth on these histories: one falsified result is caught.
     wins = [op for op in ops if op.kind == "acquire" and op.result[0]]
