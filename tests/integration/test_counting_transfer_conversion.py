@@ -72,6 +72,9 @@ async def test_the_contract_sees_a_lease_handed_on_with_metadata_as_a_plain_one(
     lease = await provider.get_lease(key)
     assert lease is not None and lease.owner == "b" and lease.fence > first
     assert lease.metadata == b"x"
+    blocked = await provider.acquire_leases([key], "b", LONG)  # plain leases only (the docs)
+    assert (blocked.acquired, blocked.blocked_key, blocked.blocked_by) == (False, key, "b")
+    assert await provider.release_leases([key], "b") == 0
     again = await provider.acquire_lease(key, "b", LONG)
     assert again.acquired and again.fence == lease.fence  # a re-acquire keeps the fence
     refused = await provider.acquire_lease(key, "c", LONG)
