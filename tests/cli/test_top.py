@@ -223,7 +223,9 @@ def test_in_a_terminal_it_refreshes_in_place_and_ctrl_c_ends_it(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         dead = tmux("display-message", "-p", "-t", "top", "#{pane_dead} #{pane_dead_status}")
-        if dead.split()[0] == "1":
+        # tmux marks the pane dead when its terminal closes, which may come before it has
+        # reaped the process and knows its exit status: wait for the status too.
+        if dead.split()[0] == "1" and len(dead.split()) == 2:
             break
         time.sleep(0.1)
     assert dead.split() == ["1", "0"], dead

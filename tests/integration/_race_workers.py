@@ -176,7 +176,8 @@ def chain_holder(url: str, key: str, first: str, transfers: int, ttl: int) -> li
     """Hand ``key`` along a chain of owners with `transfer_lease`; returns the chain."""
 
     async def run() -> list[str]:
-        async with SqlLeaseProvider.from_url(url, timeout=10) as provider:
+        # A transfer may wait for SQLite's write lock behind the racers: it must succeed, late.
+        async with SqlLeaseProvider.from_url(url, timeout=60) as provider:
             chain = [first]
             for i in range(1, transfers + 1):
                 nxt = f"chain-{i}"
@@ -200,6 +201,10 @@ def racer(
         holders: set[str | None] = set()
         attempts = 0
         start = time.monotonic()
+        # SQLite's write lock is not fair: a waiter sleeps in its busy handler while a loop
+        # that never pauses takes the lock again, so unpaused racers can starve the chain's
+        # transfers (one waited past 10 s at load 9). Pausing a millisecond keeps the race.
+        yield_writes = url.startswith("sqlite")
         async with SqlLeaseProvider.from_url(url, timeout=10) as provider:
             while time.monotonic() < start + seconds or (
                 until is not None and until not in holders and time.monotonic() < start + 60
@@ -212,6 +217,8 @@ def racer(
                     await provider.release_lease(key, owner)
                 else:
                     holders.add(res.owner)
+                if yield_writes:
+                    await asyncio.sleep(0.001)
         return {"wins": wins, "holders": holders, "attempts": attempts}
 
     return asyncio.run(run())
