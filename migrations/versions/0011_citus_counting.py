@@ -479,6 +479,9 @@ def upgrade() -> None:
     def fn(suffix: str) -> str:
         return f"{_quote(home)}.{_quote(f'{names.table}_{suffix}')}"
 
+    # One connection per worker for the whole transaction: Citus refuses to propagate a
+    # function (below) after a parallel multi-shard query (the floor's) in one transaction.
+    op.get_bind().exec_driver_sql("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     v4 = _revision("0004_fence_timeline.py")
     channel = _revision("0006_qualified_names.py")._channel(names.table, names.schema)
     sequence = f"{_quote(home)}.{_quote(names.sequence)}"

@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from sql_lease import SqlLeaseProvider, migrate
 from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
+from .._citus import citus_workers
 from ._race import AllOrNone, all_or_none_race, count_race, judge, most_at_once
 
 pytestmark = pytest.mark.citus
@@ -29,10 +30,10 @@ LEASES = "'public.leases'::regclass"
 STATS = {"server_settings": {"citus.enable_stat_counters": "on"}}
 
 
-def _sql(url: str) -> psycopg.Connection[tuple[Any, ...]]:
+def _sql(url: str, port: int | None = None) -> psycopg.Connection[tuple[Any, ...]]:
     u = make_url(url)
     return psycopg.connect(
-        host=u.host, port=u.port, user=u.username, dbname=u.database, autocommit=True
+        host=u.host, port=port or u.port, user=u.username, dbname=u.database, autocommit=True
     )
 
 
@@ -313,3 +314,43 @@ async def _release(url: str, key: str, owner: str) -> None:
         await p.release_lease(key, owner)
     finally:
         await p.aclose()
+
+
+def test_0011_on_a_populated_distributed_table_up_down_and_up(
+    make_database: Callable[[], str],
+) -> None:
+    """0011 run on its own over a distributed table that holds leases (the floor is read from
+    every shard before the functions are made, in one transaction); a held key's next grant is
+    above its old fence; down to 0010 drops the functions on every node; up again works."""
+    url = make_database()
+    migrate.upgrade(url, "0010")
+
+    async def take(key: str, owner: str, limit: int = 1) -> int:
+        p = SqlLeaseProvider.from_url(url, timeout=30)
+        try:
+            got = await p.acquire_lease(key, owner, 60_000, limit=limit)
+            assert got.acquired and got.fence is not None
+            return got.fence
+        finally:
+            await p.aclose()
+
+    old = [asyncio.run(take(f"old-{i}", "a")) for i in range(20)]
+    migrate.upgrade(url)
+    asyncio.run(_release(url, "old-0", "a"))
+    assert asyncio.run(take("old-0", "b", limit=2)) > max(old)
+    with _sql(url) as conn:
+        assert conn.execute("SELECT count(*) FROM leases").fetchone() == (20,)
+    migrate.downgrade(url, "0010")
+    for port in _ports():
+        with _sql(url, port) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_proc WHERE proname LIKE 'leases\\_count\\_%'"
+            ).fetchone()
+            assert found == (0,), port
+    migrate.upgrade(url)
+    assert asyncio.run(take("new", "c", limit=3)) > max(old)
+
+
+def _ports() -> list[int | None]:
+    """The coordinator (None: the URL's port) and the workers."""
+    return [None, *citus_workers()]
