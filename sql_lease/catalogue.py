@@ -103,14 +103,12 @@ class DistributedCall(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DistributedCalls:
-    """A table's `DistributedCall`s by text, sent once it is found distributed; ``unanswered``:
-    texts that find no row there (unsent); ``refused``: refused there."""
+    """A table's `DistributedCall`s by text, sent once it is found distributed (a text without
+    one, such as a read over many keys or the clock, goes as it is)."""
 
     schema: str
     table: str
     calls: Mapping[str, DistributedCall]
-    unanswered: frozenset[str] = frozenset()
-    refused: frozenset[str] = frozenset()
 
 
 class AcquireRow(NamedTuple):

@@ -70,6 +70,11 @@ def test_upgrade_distributes_leases_by_key(db: psycopg.Connection[tuple[Any, ...
         "leases_worker_writes",  # 0010: a batch's share of one worker, by an anchor key
         "leases_worker_read",
         "leases_worker_renew_many",
+        "leases_count_acquire",  # 0011: counting leases and metadata, by the key
+        "leases_count_holders",
+        "leases_count_renew",
+        "leases_count_release",
+        "leases_count_transfer",
     }
     assert {(index, colocation) for _, index, colocation in functions} == {(0, row[2])}
     triggers = db.execute(

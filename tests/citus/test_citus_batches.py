@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 
 from sql_lease import SqlLeaseProvider, migrate
 from sql_lease.backends.postgres.citus import SHARDS_SQL, Detected
-from sql_lease.errors import LeaseError
+from sql_lease.errors import LeaseLimitMismatchError
 from sql_lease.sync import SqlLeaseProvider as SyncProvider
 
 from ._race import await_taken, judge, race
@@ -266,14 +266,16 @@ def test_pooler_mode_runs_through_the_coordinator(
 
 
 def test_errors_are_typed(migrated: str) -> None:
-    """A refused counting call raises before anything is sent, and the provider goes on."""
+    """A counting call with another limit than the key's holders raises its typed error from
+    the delegated function's row, and the provider goes on."""
 
     async def run() -> bool:
         p = SqlLeaseProvider.from_url(migrated, timeout=10)
         try:
-            with pytest.raises(LeaseError, match="not available on Citus"):
-                await p.acquire_lease("m", "me", 60_000, metadata="a")
-            return (await p.acquire_lease("m", "me", 60_000)).acquired
+            assert (await p.acquire_lease("m", "me", 60_000)).acquired
+            with pytest.raises(LeaseLimitMismatchError):
+                await p.acquire_lease("m", "other", 60_000, limit=3)
+            return (await p.acquire_lease("m", "me", 60_000, metadata="a")).acquired
         finally:
             await p.aclose()
 

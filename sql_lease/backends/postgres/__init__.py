@@ -10,8 +10,9 @@
   catalogue keeps (`Catalogue.server_calls`) and pooler mode sends instead of the hot
   statements;
 - `citus`: on a Citus database (detected once per provider), each statement sent as the call of
-  its function (migrations 0008 and 0010; `citus_calls`: the calls, kept in the catalogue), run
-  on the worker holding the key; a batch as one call per worker (`shards`); waiters poll there;
+  its function (migrations 0008, 0010 and 0011; `citus_calls`: the calls, kept in the
+  catalogue), run on the worker holding the key; a batch as one call per worker (`shards`), an
+  all-or-none call as one coordinator function; waiters poll there;
 - `errors`: the one classifier and translation (asyncpg, psycopg, SQLAlchemy);
 - `listen`: the LISTEN connection (the wake-up source of waiters);
 - `urls`: its URL schemes and their checks (``from_url``'s URLs, set to asyncpg);

@@ -13,7 +13,9 @@ A statement over many keys (a coalesced batch, ``renew_many``) goes as one deleg
 worker (migration 0010's functions), its keys split by the worker holding their shard
 (`shards`: the key's hash, computed here, and the placements read at detection and again
 every `REFRESH_S` seconds before such a call); without placements, as 0008's batch function
-(run on the coordinator, one delegated statement per key).
+(run on the coordinator, one delegated statement per key). Counting leases and metadata go as
+migration 0011's one-key functions (delegated like the others); an all-or-none call over many
+keys as 0011's coordinator function (its rows locked in key order, one distributed transaction).
 Plain PostgreSQL is untouched: its connections get asyncpg's own ``fetch``, no wrapper.
 
 Waiting: a release runs on a worker, so its NOTIFY reaches that worker's listeners, not the
@@ -36,7 +38,6 @@ from sqlalchemy.pool import Pool, PoolProxiedConnection
 from sqlalchemy.util import await_only
 
 from ...catalogue import Catalogue, DistributedCall
-from ...errors import LeaseValueError
 from .. import CatalogueNow, Fetch
 from .errors import PartlyApplied
 from .shards import SHARDS_SQL, ShardMap
@@ -106,7 +107,7 @@ class Detected:
         self.learn_shards(shards)
         logger.info(
             "sql_lease: Citus detected: the statements of its distributed lease tables go as"
-            " calls of the functions of migrations 0008 and 0010 (run on the worker holding"
+            " calls of the functions of migrations 0008, 0010 and 0011 (run on the worker holding"
             " each key)"
         )
 
@@ -142,17 +143,6 @@ class Detected:
         their rows together are ``sql``'s."""
         found = self._found(catalogue, sql)
         if found is None:
-            calls = catalogue.distributed
-            if calls is None or (calls.schema, calls.table) not in self.tables:
-                return [(sql, args)]
-            if sql in calls.unanswered:
-                return []  # a counting grant's statement: no counting row on Citus
-            if sql in calls.refused:
-                raise LeaseValueError(
-                    "counting leases, metadata and all-or-none calls are not available on"
-                    " Citus yet (migration 0009's statements are not Citus-safe); plain"
-                    " leases are"
-                )
             return [(sql, args)]
         if found.worker_call is not None:
             calls = catalogue.distributed

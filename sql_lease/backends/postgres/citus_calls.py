@@ -12,11 +12,10 @@ by the process). By statement text:
   delegated call (`DistributedCall.worker_call`: 0010's ``worker_writes``, ``worker_read`` and
   ``worker_renew_many``), which the provider sends once per worker (`shards`).
 
-Counting leases, metadata and all-or-none calls (migration 0009) have no Citus-safe functions
-yet: their writes are refused (``refused``: the provider raises a clear error before sending),
-so a distributed table holds no counting row, and the counting statements a plain lease's miss
-path sends (release, renew, transfer of a grant) are answered with no row without being sent
-(``unanswered``). Their reads (``holders``) go as they are.
+- the counting statements (migration 0009): 0011's functions, the one-key ones
+  (`COUNTING_ONE_KEY`) delegated to the key's worker, the all-or-none ones
+  (`COUNTING_SEVERAL_KEYS`: an array of keys) run on the coordinator as one distributed
+  transaction.
 
 An array argument goes as the text of the array, cast on the server: asyncpg looks an array
 type up in the catalogue once per connection, a query that takes about a second in a Citus
@@ -26,19 +25,42 @@ database (its many catalogue relations), which a first renewal cannot wait for.
 from __future__ import annotations
 
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
-from ...catalogue import WRITE_KINDS, Catalogue, DistributedCall, DistributedCalls
+from ...catalogue import (
+    WRITE_KINDS,
+    Catalogue,
+    CountingStatements,
+    DistributedCall,
+    DistributedCalls,
+    Statement,
+)
 from .. import quote_ident
 from .functions import server_calls
 
-__all__ = ["distributed_calls"]
+__all__ = ["COUNTING_ONE_KEY", "COUNTING_SEVERAL_KEYS", "distributed_calls"]
 
 #: Catalogue statements with a function of migration 0008 only: attribute, function, arity.
 _EXTRA: Final = (
     ("force_release", "force_release", 1),
     ("want", "want", 2),
     ("purge_batch", "purge", 2),
+)
+#: The one-key counting statements (`CountingStatements` attributes) and their arity; each
+#: has 0011's function ``<table>_count_<attribute>``, distributed by its first argument.
+COUNTING_ONE_KEY: Final = (
+    ("acquire", 6),
+    ("holders", 1),
+    ("renew", 3),
+    ("release", 2),
+    ("transfer", 6),
+)
+#: The all-or-none statements and their arguments' types: 0011's coordinator functions.
+COUNTING_SEVERAL_KEYS: Final = (
+    ("acquire_all", ("bytea[]", "bytea", "bigint")),
+    ("release_all", ("bytea[]", "bytea")),
+    ("ensure", ("bytea[]",)),
 )
 #: The array types of the functions' arguments, as a cast names them.
 _ARRAYS: Final = {"bytea[]": "pg_catalog.bytea[]", "bigint[]": "pg_catalog.int8[]"}
@@ -84,18 +106,31 @@ def distributed_calls(cat: Catalogue, table_name: str, where: str) -> Distribute
         kinds = tuple(k for k in range(len(WRITE_KINDS)) if mask >> k & 1)
         text = batches.writes(kinds).sql
         found[text] = _writes(found[text], fn("worker_writes"), kinds)
-    counting = cat.counting
-    unanswered: frozenset[str] = frozenset()
-    refused: frozenset[str] = frozenset()
-    if counting is not None:
-        unanswered = frozenset(s.sql for s in (counting.release, counting.renew, counting.transfer))
-        writes: list[str] = [counting.acquire.sql]
-        for n in (1, 2):
-            writes += [counting.acquire_all(n).sql, counting.release_all(n).sql]
-            if counting.ensure is not None:
-                writes.append(counting.ensure(n).sql)
-        refused = frozenset(writes)
-    return DistributedCalls(where, table_name, found, unanswered, refused)
+    if cat.counting is not None:
+        found.update(_counting_calls(cat.counting, fn))
+    return DistributedCalls(where, table_name, found)
+
+
+def _counting_calls(
+    counting: CountingStatements, fn: Callable[[str], str]
+) -> dict[str, DistributedCall]:
+    """The counting statements' texts and the calls of their functions of migration 0011."""
+    found: dict[str, DistributedCall] = {}
+    for attr, arity in COUNTING_ONE_KEY:
+        statement: Statement[Any] = getattr(counting, attr)
+        found[statement.sql] = DistributedCall(_call(fn(f"count_{attr}"), arity))
+    several: dict[str, Callable[[int], Statement[Any]] | None] = {
+        "acquire_all": counting.acquire_all,
+        "release_all": counting.release_all,
+        "ensure": counting.ensure,
+    }
+    for attr, types in COUNTING_SEVERAL_KEYS:
+        make = several[attr]
+        if make is None:  # never for PostgreSQL's counting statements
+            raise ValueError(f"PostgreSQL's counting statements have {attr}")
+        call = _cast(_call(fn(f"count_{attr}"), len(types)), types)
+        found[make(1).sql] = call  # one text for any number of keys: an array
+    return found
 
 
 def _writes(call: DistributedCall, name: str, kinds: tuple[int, ...]) -> DistributedCall:

@@ -2,7 +2,7 @@
 
 A plain statement of the catalogue is refused on a distributed lease table (Citus takes no
 volatile function in an ``UPDATE`` of one), so the sync provider sends what the async one
-sends: each statement as the call of its function (migrations 0008 and 0010, read from the
+sends: each statement as the call of its function (migrations 0008, 0010 and 0011, read from the
 provider's own catalogue), a statement over many keys as one call per worker. Whether the
 database is Citus is asked once per executor, on its first statement's connection; on plain
 PostgreSQL every statement then goes as it is, as before.
