@@ -24,9 +24,8 @@ from collections.abc import Sequence
 from time import monotonic
 from typing import Any, Final
 
-from ..capabilities import Holder
-from ..catalogue import AcquireRow, Statement, decode_row, name_of
-from .contract import AcquireResult
+from ..catalogue import AcquireRow, name_of
+from .contract import AcquireResult, result
 
 __all__ = ["HINT_SECONDS", "MAX_HINTS", "ContentionHints"]
 
@@ -69,16 +68,15 @@ class ContentionHints:
         """An acquire of ``key`` saw it free or held by its caller."""
         self._until.pop(key, None)
 
-    def seen_held(
-        self, rows: Sequence[Any], k: bytes, o: bytes, holder: Statement[Holder]
-    ) -> AcquireResult | None:
-        """What the ``holder`` statement's ``rows`` answer an acquire of ``k`` by ``o``: a
-        live other holder (the acquire failed; the key stays hinted), or None (free or the
-        caller's: run the acquire statement)."""
-        if rows and rows[0][0] != o:
-            self.held(k)
-            held = decode_row(holder, rows[0], k)
-            return AcquireResult(False, held.owner, held.fence, held.expires_at)
+    def seen_held(self, rows: Sequence[Any], k: bytes, o: bytes) -> AcquireResult | None:
+        """What the ``holder`` statement's ``rows`` (owner, fence, expires_at) answer an
+        acquire of ``k`` by ``o``: a live other holder (the acquire failed; the key stays
+        hinted), or None (free or the caller's: run the acquire statement)."""
+        if rows:
+            row = rows[0]
+            if row[0] != o:
+                self.held(k)
+                return result(False, name_of(row[0], "owner", k), row[1], row[2])
         return None
 
     def answer(
@@ -96,10 +94,10 @@ class ContentionHints:
         for row in rows:
             if row[0]:
                 self.free(k)
-                return AcquireResult(True, owner, row[1], row[2])
+                return result(True, owner, row[1], row[2])
         if rows and rows[0][3] != o:
             self.held(k)
             won: AcquireRow = decode(rows[0])
             holder = "" if won.holder is None else name_of(bytes(won.holder), "owner", k)
-            return AcquireResult(False, holder, won.fence, won.expires_at)
+            return result(False, holder, won.fence, won.expires_at)
         return None

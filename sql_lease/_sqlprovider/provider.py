@@ -290,7 +290,7 @@ class SqlLeaseProvider(SqlExtensions, LeaseLifecycle, ProviderSettings):
                 rows = await self._queued(reads, "acquire_lease", False, (k,))
             if rows and rows[0][0] == RESERVED_OWNER:  # a counting row
                 return await self._count_acquire(_key_of(k), k, o, ttl, (1, None, None))
-            held = hints.seen_held(rows, k, o, sql.holder)
+            held = hints.seen_held(rows, k, o)
             if held is not None:
                 self.acquire_reads += 1
                 return held

@@ -251,7 +251,7 @@ class SqlLeaseProvider(SyncCounting, SyncLifecycle, SyncHome, ForkAware, Provide
             rows = self._run("acquire_lease", False, catalogue.holder.sql, (k,))
             if rows and rows[0][0] == RESERVED_OWNER:  # a counting row
                 return self._count_acquire(owner_key(k), k, o, ttl, (1, None, None))
-            held = self._hints.seen_held(rows, k, o, catalogue.holder)
+            held = self._hints.seen_held(rows, k, o)
             if held is not None:
                 self.acquire_reads += 1
                 return held

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime
+
 import pytest
 
 from sql_lease._core import contention as _contention
 from sql_lease._core.contention import MAX_HINTS, ContentionHints
+from sql_lease._core.contract import AcquireResult, result
 
 
 def test_a_key_is_contended_only_after_it_was_seen_held() -> None:
@@ -50,3 +54,12 @@ def test_hints_are_bounded_and_the_oldest_goes_first() -> None:
     hints.held(b"one more")
     assert hints.contended(b"k10")
     assert not hints.contended(b"k11")
+
+
+def test_the_hot_paths_result_is_an_ordinary_acquire_result() -> None:
+    at = datetime(2026, 12, 6, tzinfo=UTC)
+    made, plain = result(False, "w1", 7, at), AcquireResult(False, "w1", 7, at)
+    assert type(made) is AcquireResult
+    assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.owner = "w2"  # type: ignore[misc]
