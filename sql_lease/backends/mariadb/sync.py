@@ -23,7 +23,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
-from .driver import KILL_GRACE, aware
+from .driver import KILL_GRACE, aware_rows
 from .errors import translate
 from .placeholders import compiled
 
@@ -215,7 +215,7 @@ class MariadbExecutor:
                 outcome_unknown=sent and write,
             ) from exc
         self.source.put(conn, token, self._deadlines.finish(call))
-        return [aware(row) for row in rows] if rows else []
+        return aware_rows(rows) if rows else []
 
 
 def _lost(exc: BaseException) -> bool:
