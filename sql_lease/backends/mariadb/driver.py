@@ -25,7 +25,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import Adaptor, CatalogueNow, Fetch
 from .errors import NotSentError
-from .placeholders import compiled
+from .placeholders import bound
 from .sessions import session_sql
 
 __all__ = ["KILL_GRACE", "adaptor", "aware_rows", "engine_arguments", "kill_query"]
@@ -68,8 +68,8 @@ def adaptor(timeout: float) -> Adaptor:
                 await cursor.execute(settings)
                 info[_SESSION] = settings
                 fresh[0] = False
-            text, order = compiled(sql)
-            await cursor.execute(text, tuple([args[i] for i in order]))
+            text, bind = bound(sql)
+            await cursor.execute(text, bind(args))
             rows = await cursor.fetchall()
             return aware_rows(rows) if rows else []
 

@@ -25,7 +25,7 @@ from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
 from .driver import KILL_GRACE, aware_rows
 from .errors import translate
-from .placeholders import compiled
+from .placeholders import bound
 
 __all__ = ["EngineSource", "MariadbExecutor", "UrlSource", "connect_kwargs"]
 
@@ -179,13 +179,13 @@ class MariadbExecutor:
                 table=self._table,
                 timed_out=isinstance(exc, TimeoutError),
             ) from exc
-        text, order = compiled(sql)
+        text, bind = bound(sql)
         call = self._deadlines.start(deadline, _kill, (self.source.kwargs, conn.thread_id()))
         sent = False
         try:
             with conn.cursor() as cursor:
                 sent = True
-                cursor.execute(text, tuple([args[i] for i in order]))
+                cursor.execute(text, bind(args))
                 rows = cursor.fetchall()
         except BaseException as exc:
             expired = self._deadlines.finish(call)
