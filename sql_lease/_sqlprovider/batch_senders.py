@@ -23,7 +23,7 @@ from ..errors import (
     LeaseTypeError,
     LeaseValueError,
 )
-from .coalescer import Coalescer, Lane, Send, Waiter
+from .coalescer import UNLIMITED, Coalescer, Lane, Send, Waiter
 from .execute import Fetch, StatementRunner
 
 __all__ = ["COALESCE_MODES", "Coalesce", "CoalescedCalls", "check_coalesce"]
@@ -44,7 +44,6 @@ WRITE_OPERATIONS: Final = ("acquire_lease", "renew_lease", "release_lease", "tra
 #: The provider method of each read kind: get_owner, get_lease, the holder read of a contended
 #: acquire.
 READ_OPERATIONS: Final = ("get_lease_owner", "get_lease", "acquire_lease")
-_UNLIMITED: Final = 1 << 30
 
 
 def check_coalesce(value: object) -> Coalesce:
@@ -80,7 +79,7 @@ class CoalescedCalls(StatementRunner):
         # Every call alone: coalescing off, or adaptive on a backend whose batches would only
         # serialise what its separate statements do in parallel (`Transaction.waits`).
         alone = mode is False or (mode is True and batches is None and not _transaction(sql).waits)
-        limit = _UNLIMITED if alone else reads_in_flight
+        limit = UNLIMITED if alone else reads_in_flight
         single = mode != "always"
         writes = (sql.acquire, sql.renew, sql.release, sql.transfer)
         if batches is None:

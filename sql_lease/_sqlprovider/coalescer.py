@@ -32,7 +32,11 @@ from typing import Any, Final
 from .._core.deadlines import Deadlines
 from ..catalogue import Row
 
-__all__ = ["MAX_BATCH", "Coalescer", "Lane", "Waiter"]
+__all__ = ["MAX_BATCH", "UNLIMITED", "Coalescer", "Lane", "Waiter"]
+
+#: `Lane.enter` and `Lane.leave` of a lane whose calls never queue: C callables (no frame).
+_ADMIT: Final[Callable[[], bool]] = True.__bool__
+_NOTHING: Final[Callable[[], None]] = [].clear
 
 #: Calls per multi-row statement at most.
 MAX_BATCH: Final = 512
@@ -40,6 +44,8 @@ MAX_BATCH: Final = 512
 #: which queued calls go out anyway, beside it, up to `MAX_STALLED` more statements.
 STALL: Final = 0.05
 MAX_STALLED: Final = 16
+#: A ``limit`` no count of statements in flight reaches: every call is admitted (never queues).
+UNLIMITED: Final = 1 << 30
 
 
 class Waiter:
@@ -84,7 +90,8 @@ class Coalescer:
     in flight in one batch keeps the calls on it queued until that batch ends. ``single``:
     False makes every call go through the queue (every statement a batch; for tests).
     ``shared_keys``: reads, whose calls on one key may share a statement. Calls come in by
-    `Lane`, one per kind; the sender sees each waiter's kind.
+    `Lane`, one per kind; the sender sees each waiter's kind. With ``limit=UNLIMITED`` (and
+    ``single``) no call ever queues (`queues` is False).
     """
 
     __slots__ = (
@@ -140,6 +147,11 @@ class Coalescer:
         self.batched_calls = 0
         self.kind_batches = [0] * kinds
         self.kind_calls = [0] * kinds
+
+    @property
+    def queues(self) -> bool:
+        """False when `enter` admits every call (then nothing ever queues)."""
+        return not (self._single and self._limit >= UNLIMITED)
 
     def enter(self) -> bool:
         """True: run the one-row statement now, then call `leave`. False: call `wait`."""
@@ -282,21 +294,29 @@ class Coalescer:
 
 class Lane:
     """One operation kind's way into a `Coalescer` (which may carry several kinds in one
-    statement): `enter`, `leave` and `wait` as the coalescer's, with the kind attached."""
+    statement): `enter`, `leave` and `wait` as the coalescer's, with the kind attached.
 
-    __slots__ = ("_coalescer", "kind")
+    `enter` and `leave` are the coalescer's own bound methods, set once (a call pays no frame
+    of the lane's); on a coalescer that never queues a call (`Coalescer.queues` False:
+    coalescing off, or a backend whose calls never wait for a batch), `enter` is a constant
+    True and `leave` does nothing, both C callables: a lone call runs no Python code of the
+    coalescer at all.
+    """
+
+    __slots__ = ("_coalescer", "enter", "kind", "leave")
+
+    #: True: run the one-row statement now, then call `leave`. False: call `wait`.
+    enter: Callable[[], bool]
+    #: A one-row statement admitted by `enter` ended (however it ended).
+    leave: Callable[[], None]
 
     def __init__(self, coalescer: Coalescer, kind: int = 0) -> None:
         self._coalescer = coalescer
         self.kind = kind
-
-    def enter(self) -> bool:
-        """True: run the one-row statement now, then call `leave`. False: call `wait`."""
-        return self._coalescer.enter()
-
-    def leave(self) -> None:
-        """A one-row statement admitted by `enter` ended (however it ended)."""
-        self._coalescer.leave()
+        if coalescer.queues:
+            self.enter, self.leave = coalescer.enter, coalescer.leave
+        else:
+            self.enter, self.leave = _ADMIT, _NOTHING
 
     def wait(
         self,

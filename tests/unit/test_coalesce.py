@@ -269,3 +269,23 @@ async def test_reads_of_a_key_in_flight_go_out_in_another_batch() -> None:
     assert send.batches == [[b"a"], [b"a"]]  # reads see one instant each: no need to wait
     send.gate.set()
     await asyncio.gather(first, second)
+
+
+async def test_a_lane_enters_its_coalescer_and_an_unlimited_one_admits_every_call() -> None:
+    """Lanes bind the coalescer's own `enter`/`leave`; on a coalescer that never queues
+    (``limit=UNLIMITED``: coalescing off) they are constants, and every call is admitted."""
+    send = Recorder()
+    shared = Coalescer(send, limit=1)
+    lane = coalesce.Lane(shared, 1)
+    assert shared.queues
+    assert lane.enter() and not lane.enter()  # the coalescer's own count
+    lane.leave()
+    assert shared.enter()
+    shared.leave()
+    alone = Coalescer(send, limit=coalesce.UNLIMITED)
+    assert not alone.queues
+    lanes = [coalesce.Lane(alone, kind) for kind in range(2)]
+    assert all(lane.enter() for _ in range(1000) for lane in lanes)
+    assert all(lane.leave() is None for lane in lanes)
+    assert Coalescer(send, limit=coalesce.UNLIMITED, single=False).queues  # "always"
+    assert send.batches == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -24,19 +25,29 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from .. import Adaptor, CatalogueNow, Fetch
 from .errors import NotSentError
-from .placeholders import compiled
+from .placeholders import bound
 from .sessions import session_sql
 
-__all__ = ["KILL_GRACE", "adaptor", "aware", "engine_arguments", "kill_query"]
+__all__ = ["KILL_GRACE", "adaptor", "aware_rows", "engine_arguments", "kill_query"]
 
 #: Seconds `settle` may take to kill a cancelled statement on the server.
 KILL_GRACE: Final = 5.0
 _SESSION: Final = "sql_lease_session"
 
 
-def aware(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A row with its (UTC, naive) datetimes made aware."""
-    return tuple(v.replace(tzinfo=UTC) if type(v) is datetime else v for v in row)
+#: Naive and aware (UTC) origins: a naive UTC time ``v`` is ``_AWARE + (v - _NAIVE)``.
+_NAIVE: Final = datetime(1970, 1, 1, tzinfo=UTC).replace(tzinfo=None)
+_AWARE: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def aware_rows(rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A result's rows with their (UTC, naive) datetimes made aware, in one call.
+
+    A time is made aware by adding its distance from a naive origin to the aware one: two C
+    operators, exact to the microsecond (``v.replace(tzinfo=UTC)`` costs about ten times as
+    much: it parses its keywords and builds the datetime from its fields again). The drivers'
+    datetimes have ``fold=0``, as the result's."""
+    return [tuple([_AWARE + (v - _NAIVE) if type(v) is datetime else v for v in r]) for r in rows]
 
 
 def adaptor(timeout: float) -> Adaptor:
@@ -57,10 +68,10 @@ def adaptor(timeout: float) -> Adaptor:
                 await cursor.execute(settings)
                 info[_SESSION] = settings
                 fresh[0] = False
-            text, order = compiled(sql)
-            await cursor.execute(text, tuple([args[i] for i in order]))
+            text, bind = bound(sql)
+            await cursor.execute(text, bind(args))
             rows = await cursor.fetchall()
-            return [aware(row) for row in rows] if rows else []
+            return aware_rows(rows) if rows else []
 
         return fetch
 

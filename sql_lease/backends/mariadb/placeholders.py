@@ -3,18 +3,24 @@
 The catalogue writes each parameter once by number, as the other backends do, and uses it as
 often as the statement needs it; asyncmy and PyMySQL interpolate ``%s`` markers in order on the
 client. `compiled` turns a text into that form once (cached) and says which argument fills each
-marker: `arguments` builds the driver's tuple. A literal ``%`` is doubled. No I/O, no driver.
+marker: `arguments` builds the driver's tuple; `bound` gives the text with a getter that builds
+it in one C call (the hot path). A literal ``%`` is doubled. No I/O, no driver.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
+from operator import itemgetter
 from typing import Final
 
-__all__ = ["arguments", "compiled"]
+__all__ = ["Bind", "arguments", "bound", "compiled"]
 
 _MARKER: Final = re.compile(r"\?(\d+)|%")
+
+#: The driver's arguments of a statement, from the call's (numbered) arguments.
+Bind = Callable[[tuple[object, ...]], tuple[object, ...]]
 
 
 @lru_cache(maxsize=512)
@@ -34,3 +40,19 @@ def compiled(sql: str) -> tuple[str, tuple[int, ...]]:
 def arguments(order: tuple[int, ...], args: tuple[object, ...]) -> tuple[object, ...]:
     """The driver's arguments for a statement whose markers take ``order`` of ``args``."""
     return tuple([args[i] for i in order])
+
+
+@lru_cache(maxsize=512)
+def bound(sql: str) -> tuple[str, Bind]:
+    """`compiled`'s text, and a getter making the driver's arguments of a call as `arguments`
+    does, with no Python loop: an `operator.itemgetter` of the markers' indexes (a slice when
+    the markers take the arguments in order, or take one: always a tuple)."""
+    text, order = compiled(sql)
+    getter: Bind
+    if order == tuple(range(len(order))):
+        getter = itemgetter(slice(0, len(order)))  # the arguments themselves, in order
+    elif len(order) == 1:
+        getter = itemgetter(slice(order[0], order[0] + 1))
+    else:
+        getter = itemgetter(*order)
+    return text, getter

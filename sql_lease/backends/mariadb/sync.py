@@ -23,9 +23,9 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from ...errors import LeaseDatabaseError, LeaseError
 from .._thread_deadlines import Deadlines
-from .driver import KILL_GRACE, aware
+from .driver import KILL_GRACE, aware_rows
 from .errors import translate
-from .placeholders import compiled
+from .placeholders import bound
 
 __all__ = ["EngineSource", "MariadbExecutor", "UrlSource", "connect_kwargs"]
 
@@ -179,13 +179,13 @@ class MariadbExecutor:
                 table=self._table,
                 timed_out=isinstance(exc, TimeoutError),
             ) from exc
-        text, order = compiled(sql)
+        text, bind = bound(sql)
         call = self._deadlines.start(deadline, _kill, (self.source.kwargs, conn.thread_id()))
         sent = False
         try:
             with conn.cursor() as cursor:
                 sent = True
-                cursor.execute(text, tuple([args[i] for i in order]))
+                cursor.execute(text, bind(args))
                 rows = cursor.fetchall()
         except BaseException as exc:
             expired = self._deadlines.finish(call)
@@ -215,7 +215,7 @@ class MariadbExecutor:
                 outcome_unknown=sent and write,
             ) from exc
         self.source.put(conn, token, self._deadlines.finish(call))
-        return [aware(row) for row in rows] if rows else []
+        return aware_rows(rows) if rows else []
 
 
 def _lost(exc: BaseException) -> bool:
