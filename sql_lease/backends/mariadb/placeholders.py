@@ -3,8 +3,8 @@
 The catalogue writes each parameter once by number, as the other backends do, and uses it as
 often as the statement needs it; asyncmy and PyMySQL interpolate ``%s`` markers in order on the
 client. `compiled` turns a text into that form once (cached) and says which argument fills each
-marker: `arguments` builds the driver's tuple; `bound` gives the text with a getter that builds
-it in one C call (the hot path). A literal ``%`` is doubled. No I/O, no driver.
+marker; `bound` gives the text with a getter that builds the driver's tuple in one C call. A
+literal ``%`` is doubled. No I/O, no driver.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Final
 
-__all__ = ["Bind", "arguments", "bound", "compiled"]
+__all__ = ["Bind", "bound", "compiled"]
 
 _MARKER: Final = re.compile(r"\?(\d+)|%")
 
@@ -37,16 +37,12 @@ def compiled(sql: str) -> tuple[str, tuple[int, ...]]:
     return _MARKER.sub(marker, sql), tuple(order)
 
 
-def arguments(order: tuple[int, ...], args: tuple[object, ...]) -> tuple[object, ...]:
-    """The driver's arguments for a statement whose markers take ``order`` of ``args``."""
-    return tuple([args[i] for i in order])
-
-
 @lru_cache(maxsize=512)
 def bound(sql: str) -> tuple[str, Bind]:
-    """`compiled`'s text, and a getter making the driver's arguments of a call as `arguments`
-    does, with no Python loop: an `operator.itemgetter` of the markers' indexes (a slice when
-    the markers take the arguments in order, or take one: always a tuple)."""
+    """`compiled`'s text, and a getter making the driver's arguments of a call (each
+    marker's argument, in marker order) with no Python loop: an `operator.itemgetter` of the
+    markers' indexes (a slice when the markers take the arguments in order, or take one:
+    always a tuple)."""
     text, order = compiled(sql)
     getter: Bind
     if order == tuple(range(len(order))):
